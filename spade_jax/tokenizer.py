@@ -1,0 +1,126 @@
+"""Tokenizers and chat transcripts with a loss mask on exactly the assistant-generated tokens.
+
+SPADE trains one sequence per episode (SPADE.md §4): the chat prompt, then alternating assistant
+turns (the sampler's tokens, verbatim) and environment observations (user turns). `Transcript`
+builds that sequence incrementally: assistant tokens are appended as sampled, never re-tokenized,
+and each user turn appends only the template text that follows the assistant's end-of-turn token.
+The loss mask is 1 on assistant tokens and 0 on everything the template or the environment wrote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from typing import Sequence
+
+Message = dict[str, str]
+
+_SENTINEL = "\u2063SPADE_ASSISTANT_TURN\u2063"
+
+
+def load_tokenizer(path: str, cache_dir: str | None = None):
+  """AutoTokenizer from an HF directory or a .gguf file.
+
+  Converting a GGUF vocabulary is slow (seconds), so the converted tokenizer is saved once under
+  `cache_dir` (default ~/.cache/spade_jax/tokenizers) keyed by the file's name, size and mtime.
+  """
+  from transformers import AutoTokenizer
+
+  if not path.endswith(".gguf"):
+    return AutoTokenizer.from_pretrained(path)
+  st = os.stat(path)
+  key = hashlib.sha256(f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}".encode())
+  cache_dir = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "spade_jax",
+                                        "tokenizers")
+  cached = os.path.join(cache_dir, key.hexdigest()[:16])
+  if os.path.exists(os.path.join(cached, "tokenizer_config.json")):
+    return AutoTokenizer.from_pretrained(cached)
+  tok = AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+  tmp = f"{cached}.tmp{os.getpid()}"
+  tok.save_pretrained(tmp)
+  try:
+    os.replace(tmp, cached)
+  except OSError:  # another process won the race; theirs is identical
+    pass
+  return tok
+
+
+def stop_token_ids(tokenizer) -> tuple[int, ...]:
+  """Token ids that end an assistant turn: EOS plus the chat end-of-turn markers in the vocab."""
+  ids = set()
+  if tokenizer.eos_token_id is not None:
+    ids.add(int(tokenizer.eos_token_id))
+  vocab = tokenizer.get_vocab()
+  for marker in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>"):
+    if marker in vocab:
+      ids.add(int(vocab[marker]))
+  return tuple(sorted(ids))
+
+
+def render(tokenizer, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+  if not getattr(tokenizer, "chat_template", None):
+    raise ValueError("this tokenizer has no chat template; use a plain prompt instead of --chat")
+  return tokenizer.apply_chat_template(list(messages), tokenize=False,
+                                       add_generation_prompt=add_generation_prompt)
+
+
+def encode(tokenizer, text: str) -> list[int]:
+  """Tokens of rendered text; the template already wrote any BOS, so none is added."""
+  return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _user_turn_text(tokenizer, user: str) -> str:
+  """Template text from the end of an assistant turn's content through the next generation
+  prompt, e.g. "<|im_end|>\\n<|im_start|>user\\n{user}<|im_end|>\\n<|im_start|>assistant\\n"."""
+  msgs = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _SENTINEL},
+          {"role": "user", "content": user}]
+  text = render(tokenizer, msgs, add_generation_prompt=True)
+  if text.count(_SENTINEL) != 1:
+    raise ValueError("the chat template does not reproduce assistant content verbatim")
+  return text.split(_SENTINEL, 1)[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Transcript:
+  """A training sequence under construction: tokens and the 0/1 loss mask, same length."""
+
+  tokens: tuple[int, ...] = ()
+  mask: tuple[int, ...] = ()
+
+  def __len__(self) -> int:
+    return len(self.tokens)
+
+  def add(self, tokens: Sequence[int], trained: bool) -> "Transcript":
+    tokens = tuple(int(t) for t in tokens)
+    return Transcript(self.tokens + tokens, self.mask + (int(trained),) * len(tokens))
+
+
+def start(tokenizer, messages: Sequence[Message]) -> Transcript:
+  """The first prompt (system/user turns + generation prompt), mask 0."""
+  return Transcript().add(encode(tokenizer, render(tokenizer, messages)), trained=False)
+
+
+def add_assistant(t: Transcript, tokens: Sequence[int]) -> Transcript:
+  """Sampled assistant tokens, verbatim (including a final stop token if one was sampled)."""
+  return t.add(tokens, trained=True)
+
+
+def user_turn_tokens(tokenizer, user: str, assistant_tokens: Sequence[int]) -> list[int]:
+  """Tokens that follow an assistant turn and open the next one, with `user` in between.
+
+  If the assistant turn ended with a stop token, the template's own end-of-turn marker is that
+  token and is not repeated; if it was cut by a length limit, the marker is inserted here.
+  """
+  text = _user_turn_text(tokenizer, user)
+  stops = stop_token_ids(tokenizer)
+  if assistant_tokens and int(assistant_tokens[-1]) in stops:
+    ended = tokenizer.convert_ids_to_tokens(int(assistant_tokens[-1]))
+    if text.startswith(ended):
+      text = text[len(ended):]
+  return encode(tokenizer, text)
+
+
+def add_user(tokenizer, t: Transcript, user: str, assistant_tokens: Sequence[int]) -> Transcript:
+  """Appends an observation as a user turn plus the next generation prompt, mask 0."""
+  return t.add(user_turn_tokens(tokenizer, user, assistant_tokens), trained=False)
