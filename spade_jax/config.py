@@ -1,0 +1,125 @@
+"""ml-collections configs from the command line: `--config=configs/x.py:arg --config.a.b=value`.
+
+`configs/<family>.py` files expose `get_config(arg)`. Overrides may only set keys the file
+declares (the config is locked) and are parsed against the declared value's type, so a typo or a
+wrong type is an error at start, not a silent default. Nothing derived is written back.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from typing import Sequence
+
+import ml_collections
+
+from spade_jax import sharding
+
+
+def load(spec: str) -> ml_collections.ConfigDict:
+  """'path/to/file.py[:arg]' -> the file's get_config(arg), locked."""
+  path, _, arg = spec.partition(":")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"config file {path!r} does not exist")
+  module_spec = importlib.util.spec_from_file_location(f"_spade_config_{abs(hash(path))}", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  if not hasattr(module, "get_config"):
+    raise AttributeError(f"config file {path!r} has no get_config(arg)")
+  cfg = module.get_config(arg or None)
+  cfg.lock()
+  return cfg
+
+
+def _parse_value(key: str, text: str, current):
+  if isinstance(current, bool):
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false", "1", "0"):
+      raise ValueError(f"--config.{key}: expected true/false, got {text!r}")
+    return lowered in ("true", "1")
+  if isinstance(current, str):
+    return text
+  if isinstance(current, (int, float)):
+    try:
+      value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+      raise ValueError(f"--config.{key}: expected a number, got {text!r}") from None
+    if isinstance(current, int) and not isinstance(value, int):
+      raise ValueError(f"--config.{key}: expected an integer, got {text!r}")
+    return type(current)(value)
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    if current is None:
+      return text
+    raise ValueError(f"--config.{key}: cannot parse {text!r} as {type(current).__name__}") from None
+
+
+def override(cfg: ml_collections.ConfigDict, assignments: Sequence[str]) -> None:
+  """Applies ['a.b=value', ...] in place; unknown keys and wrong types are errors."""
+  for assignment in assignments:
+    key, sep, text = assignment.partition("=")
+    if not sep:
+      raise ValueError(f"--config.{assignment}: expected --config.KEY=VALUE")
+    *parents, leaf = key.split(".")
+    node = cfg
+    for p in parents:
+      if p not in node or not isinstance(node[p], ml_collections.ConfigDict):
+        raise KeyError(f"--config.{key}: {p!r} is not a config section")
+      node = node[p]
+    if leaf not in node:
+      raise KeyError(f"--config.{key}: unknown key; known keys here: {sorted(node.keys())}")
+    current = node[leaf]
+    value = _parse_value(key, text, current)
+    if isinstance(current, tuple) and isinstance(value, list):
+      value = tuple(value)
+    try:
+      node[leaf] = value
+    except TypeError as e:
+      raise TypeError(f"--config.{key}: {e}") from None
+
+
+def from_argv(argv: Sequence[str], default: str) -> tuple[ml_collections.ConfigDict, list[str]]:
+  """Pulls `--config=...` and `--config.k=v` out of argv; returns (config, remaining args)."""
+  spec, assignments, rest = default, [], []
+  args = list(argv)
+  while args:
+    a = args.pop(0)
+    if a == "--config" and args:
+      spec = args.pop(0)
+    elif a.startswith("--config="):
+      spec = a.split("=", 1)[1]
+    elif a.startswith("--config."):
+      body = a[len("--config."):]
+      if "=" not in body and args:
+        body = f"{body}={args.pop(0)}"
+      assignments.append(body)
+    else:
+      rest.append(a)
+  cfg = load(spec)
+  override(cfg, assignments)
+  return cfg, rest
+
+
+# Shared sections, used by every config file that runs a model.
+
+
+def mesh_config() -> ml_collections.ConfigDict:
+  """Mesh sizes; -1 takes the remaining devices."""
+  return ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+
+
+def rules_config() -> ml_collections.ConfigDict:
+  """Logical axis -> tuple of mesh axes (see spade_jax/sharding.py)."""
+  return ml_collections.ConfigDict({k: tuple(v) for k, v in sharding.DEFAULT_RULES.items()})
+
+
+def validate_mesh(cfg: ml_collections.ConfigDict) -> None:
+  sizes = [cfg.mesh[a] for a in sharding.MESH_AXES]
+  if sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes):
+    raise ValueError(f"mesh: sizes must be positive with at most one -1, got {cfg.mesh.to_dict()}")
+  for name, axes in cfg.rules.items():
+    bad = [a for a in axes if a not in sharding.MESH_AXES]
+    if bad:
+      raise ValueError(f"rules.{name}: unknown mesh axes {bad}; mesh axes are {sharding.MESH_AXES}")
