@@ -1,0 +1,1 @@
+"""Host-side execution and verification of generated environments. Never imports JAX."""
