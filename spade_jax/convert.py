@@ -18,6 +18,10 @@ import numpy as np
 from spade_jax import model as model_lib
 
 
+class CheckpointError(ValueError):
+  """A checkpoint that cannot be loaded; the message names the file and the problem."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
   """How one external tensor relates to ours. `n_in` = number of our leading dims that are the
@@ -131,7 +135,7 @@ def check_tensors(cfg: model_lib.ModelConfig, table: Mapping,
       problems.append(f"tensor {name!r} has shape {tuple(available[name])}, expected {shape}")
   if problems:
     more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
-    raise ValueError(f"{source}: checkpoint does not match the model: " + "; ".join(problems[:10])
+    raise CheckpointError(f"{source}: checkpoint does not match the model: " + "; ".join(problems[:10])
                      + more)
 
 

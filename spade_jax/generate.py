@@ -6,6 +6,7 @@ Every flag sets a field of configs/generate.py (see its docstring); `--config.x=
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -20,7 +21,8 @@ from spade_jax import model as model_lib
 from spade_jax import sharding
 from spade_jax import tokenizer as tok_lib
 
-DEFAULT_CONFIG = "configs/generate.py"
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                              "configs", "generate.py")
 
 
 def validate(c: ml_collections.ConfigDict) -> None:
@@ -128,8 +130,12 @@ def parse(argv: Sequence[str]) -> ml_collections.ConfigDict:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  c = parse(sys.argv[1:] if argv is None else argv)
-  for i, text in enumerate(run(c)):
+  try:
+    c = parse(sys.argv[1:] if argv is None else argv)
+    completions = run(c)
+  except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
+    sys.exit(f"error: {e.args[0] if isinstance(e, KeyError) else e}")
+  for i, text in enumerate(completions):
     if c.num_samples > 1:
       print(f"--- sample {i}")
     print(text)

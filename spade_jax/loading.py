@@ -21,7 +21,7 @@ from spade_jax import gguf_io, hf
 from spade_jax import model as model_lib
 from spade_jax import sharding
 from spade_jax import tokenizer as tok_lib
-from spade_jax.hf import CheckpointError
+from spade_jax.convert import CheckpointError
 
 
 @dataclasses.dataclass
