@@ -59,6 +59,7 @@ class Reply:
     truncated: bool = False
     info: dict = dataclasses.field(default_factory=dict)
     solution: list | None = None  # only when asked for at start and the env defines solution()
+    phase: str = ""  # on a failed start: compile, class, init, reset or solution
 
     @property
     def ok(self) -> bool:

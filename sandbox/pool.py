@@ -13,30 +13,23 @@ workers' parent-death signal follows the creating thread).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import select
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from typing import Hashable, Iterable, Iterator, Mapping
 
 from sandbox import protocol
 from sandbox.contract import Invalid, Limits, Reply, Status, check_reset, check_solution, check_step
+from sandbox.zygotes import Zygote
 
 PROTECTIONS = ("rlimits", "seccomp", "landlock", "unprivileged", "no_new_privs", "pdeathsig",
                "netns", "userns", "tmpfs")
 DEFAULT_REQUIRE = ("rlimits", "seccomp", "unprivileged", "no_new_privs", "pdeathsig")
 _CHILD_ERRORS = {s.value for s in (Status.ENV_ERROR, Status.OOM, Status.OUTPUT_TOO_LARGE,
                                    Status.INVALID_RETURN, Status.PROTOCOL_ERROR)}
-_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
-        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-        "NUMEXPR_NUM_THREADS": "1", "VECLIB_MAXIMUM_THREADS": "1"}
-_BOOT = "import sys; sys.path.insert(0, {!r}); from sandbox import worker; worker.main()"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -54,19 +47,13 @@ class Start:
     solution: bool = False
 
 
-class _Worker:
-    def __init__(self, index: int, proc: subprocess.Popen, sock: socket.socket, facts: dict):
-        self.index, self.proc, self.sock, self.facts = index, proc, sock, facts
-        self.alive, self.stash = True, {}
-
-
 class _Episode:
-    __slots__ = ("id", "worker", "wfd", "rfd", "reader", "op", "deadline", "key", "killed")
+    __slots__ = ("id", "worker", "wfd", "rfd", "reader", "op", "deadline", "key")
 
-    def __init__(self, eid, worker, wfd, rfd, cap):
+    def __init__(self, eid: int, worker: Zygote, wfd: int, rfd: int, cap: int):
         self.id, self.worker, self.wfd, self.rfd = eid, worker, wfd, rfd
         self.reader = protocol.FrameReader(rfd, cap)
-        self.op, self.deadline, self.key, self.killed = None, 0.0, eid, False
+        self.op, self.deadline, self.key = None, 0.0, eid
 
 
 class Pool:
@@ -82,11 +69,15 @@ class Pool:
         self._root = tempfile.mkdtemp(prefix="sandbox-", dir=tmp_root)
         os.chmod(self._root, 0o711)  # children (as nobody) must traverse to their own dirs
         self._episodes: dict[int, _Episode] = {}
+        self._inflight: dict[int, _Episode] = {}  # read fd -> episode with a request out
+        self._ready: dict[int, Reply] = {}  # episode id -> reply read but not yet handed out
+        self._poller = select.poll()
         self._next_id, self._rr = 0, 0
-        self._workers: list[_Worker] = []
+        self._workers: list[Zygote] = []
         try:
-            launched = [self._launch(i) for i in range(workers)]
-            self._workers = [self._hello(i, *pair) for i, pair in enumerate(launched)]
+            self._workers = [Zygote(i, self._root, limits) for i in range(workers)]
+            for z in self._workers:
+                z.ready()
             self.protections = self._probe()
         except BaseException:
             self.close()
@@ -97,13 +88,32 @@ class Pool:
             raise SandboxUnavailable(f"required protections not in force: {missing}; "
                                      f"probe: {self.protections}")
 
-    # ------------------------------------------------------------------------- public API
+    # ------------------------------------------------------------------------- batched API
 
-    def start_many(self, starts: Mapping[Hashable, Start | str]) -> Iterator[Reply]:
+    def start_many(self, starts: Mapping[Hashable, Start | str], timeout: float | None = None) -> Iterator[Reply]:
         """Start one episode per entry (load the code, reset). Everything is sent before this
         returns; iterate for replies in finishing order. `reply.key` is the caller's key and
-        `reply.episode` the new episode's id for step_many."""
-        items = []
+        `reply.episode` the new episode's id, for step_many."""
+        return self._drain(self.submit_starts(starts, timeout))
+
+    def step_many(self, actions: Mapping[int, str], timeout: float | None = None) -> Iterator[Reply]:
+        """Send one action to each live episode; yield replies as they finish. A reply that ends
+        the episode (terminated, truncated, or any error) also frees it. Episodes whose replies
+        are not consumed (the caller stops iterating) are abandoned."""
+        self.submit_steps(actions, timeout)
+        return self._drain(actions)
+
+    def reset_many(self, seeds: Mapping[int, int | None], timeout: float | None = None) -> Iterator[Reply]:
+        self.submit_resets(seeds, timeout)
+        return self._drain(seeds)
+
+    # ------------------------------------------------------------------------- low-level API
+    # For loops that keep sending while replies come in: submit_*, then wait() for what finished.
+
+    def submit_starts(self, starts: Mapping[Hashable, Start | str], timeout: float | None = None) -> list[int]:
+        """Send starts; returns the new episode ids in the order of `starts`."""
+        t = self.limits.load_s if timeout is None else timeout
+        ids = []
         for key, s in starts.items():
             s = Start(s) if isinstance(s, str) else s
             if len(s.code) > self.limits.max_code_chars:
@@ -111,28 +121,54 @@ class Pool:
             _check_seed(s.seed)
             ep = self._new_episode(s.worker)
             ep.key = key
-            req = {"op": "start", "code": s.code, "seed": s.seed, "max_turns": self.limits.max_turns,
-                   "solution": s.solution}
-            items.append((ep, self._submit(ep, req, self.limits.load_s)))
-        return self._collect(items)
+            self._submit(ep, {"op": "start", "code": s.code, "seed": s.seed,
+                              "max_turns": self.limits.max_turns, "solution": s.solution}, t)
+            ids.append(ep.id)
+        return ids
 
-    def step_many(self, actions: Mapping[int, str], timeout: float | None = None) -> Iterator[Reply]:
-        """Send one action to each live episode; yield replies as they finish. Actions longer
-        than limits.max_action_chars are cut to that length. A reply that ends the episode
-        (terminated, truncated, or any error) also frees it."""
+    def submit_steps(self, actions: Mapping[int, str], timeout: float | None = None) -> None:
+        """Actions longer than limits.max_action_chars are cut to that length."""
         n = self.limits.max_action_chars
-        return self._batch({e: {"op": "step", "action": str(a)[:n]} for e, a in actions.items()},
+        self._submit_batch({e: {"op": "step", "action": str(a)[:n]} for e, a in actions.items()},
                            self.limits.step_s if timeout is None else timeout)
 
-    def reset_many(self, seeds: Mapping[int, int | None], timeout: float | None = None) -> Iterator[Reply]:
+    def submit_resets(self, seeds: Mapping[int, int | None], timeout: float | None = None) -> None:
         for s in seeds.values():
             _check_seed(s)
-        return self._batch({e: {"op": "reset", "seed": s} for e, s in seeds.items()},
+        self._submit_batch({e: {"op": "reset", "seed": s} for e, s in seeds.items()},
                            self.limits.reset_s if timeout is None else timeout)
+
+    def wait(self, episodes: Iterable[int] | None = None, timeout: float | None = None) -> list[Reply]:
+        """Replies of the given episodes (default: all) that have finished: at least one, unless
+        none of them has a request out or `timeout` passes first."""
+        ids = set(self._inflight_ids() if episodes is None else episodes)
+        limit = None if timeout is None else time.monotonic() + timeout
+        while True:
+            out = [self._ready.pop(i) for i in ids if i in self._ready]
+            if out:
+                return out
+            waiting = [ep for ep in self._inflight.values() if ep.id in ids]
+            now = time.monotonic()
+            if not waiting or (limit is not None and now >= limit):
+                return []
+            if any(ep.deadline <= now for ep in self._inflight.values()):
+                for ep in [ep for ep in self._inflight.values() if ep.deadline <= now]:
+                    self._ready[ep.id] = self._fail(ep, Status.TIMEOUT,
+                                                    f"{ep.op}: no reply within the deadline; killed")
+                continue
+            until = min(ep.deadline for ep in waiting)
+            until = until if limit is None else min(until, limit)
+            for fd, _ in self._poller.poll(max(1, int((until - now) * 1000) + 1)):
+                ep = self._inflight.get(fd)
+                if ep is not None:
+                    reply = self._read(ep)
+                    if reply is not None:
+                        self._ready[ep.id] = reply
 
     def end_many(self, episodes: Iterable[int]) -> None:
         """Abandon episodes: their children are killed and their temp dirs removed."""
         for e in episodes:
+            self._ready.pop(e, None)
             ep = self._episodes.get(e)
             if ep is not None:
                 self._end(ep)
@@ -161,13 +197,13 @@ class Pool:
         return len(self._workers)
 
     def worker_pids(self) -> list[int]:
-        return [w.proc.pid for w in self._workers]
+        return [z.proc.pid for z in self._workers]
 
     def close(self) -> None:
         for ep in list(self._episodes.values()):
             self._end(ep)
-        for w in self._workers:
-            self._stop_worker(w)
+        for z in self._workers:
+            z.stop()
         self._workers = []
         shutil.rmtree(self._root, ignore_errors=True)
 
@@ -177,78 +213,12 @@ class Pool:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # ------------------------------------------------------------------------- workers
+    # ------------------------------------------------------------------------- internals
 
-    def _launch(self, index: int):
-        here, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        wroot = os.path.join(self._root, f"w{index}")
-        os.mkdir(wroot, 0o711)
-        cmd = [sys.executable, "-s", "-P", "-c", _BOOT.format(pkg_parent), str(os.getpid()), wroot,
-               json.dumps(dataclasses.asdict(self.limits)), str(theirs.fileno())]
-        try:
-            proc = subprocess.Popen(cmd, env=dict(_ENV), cwd="/", stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
-                                    start_new_session=True)
-        finally:
-            theirs.close()
-        return proc, here
-
-    def _hello(self, index: int, proc: subprocess.Popen, sock: socket.socket) -> _Worker:
-        sock.settimeout(60)
-        try:
-            msg = sock.recv(65536)
-        except (socket.timeout, OSError):
-            msg = b""
-        sock.settimeout(None)
-        if not msg:
-            proc.kill()
-            proc.wait()
-            raise RuntimeError(f"sandbox worker {index} failed to start (exit {proc.poll()})")
-        return _Worker(index, proc, sock, json.loads(msg)["hello"])
-
-    def _restart(self, w: _Worker) -> None:
-        self._stop_worker(w)
-        shutil.rmtree(os.path.join(self._root, f"w{w.index}"), ignore_errors=True)
-        self._workers[w.index] = self._hello(w.index, *self._launch(w.index))
-
-    def _stop_worker(self, w: _Worker) -> None:
-        w.alive = False
-        w.sock.close()  # the worker kills and reaps its children when its socket closes
-        try:
-            w.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            w.proc.kill()
-            w.proc.wait()
-
-    def _tell(self, w: _Worker, msg: dict, fds: list[int] = ()) -> bool:
-        if not w.alive:
-            return False
-        try:
-            socket.send_fds(w.sock, [json.dumps(msg).encode()], list(fds))
-            return True
-        except OSError:
-            w.alive = False
-            return False
-
-    def _ask_ended(self, w: _Worker, eid: int) -> dict | None:
-        """Wait for the worker's exit report of one episode. None if the worker died."""
-        deadline = time.monotonic() + 10
-        while eid not in w.stash:
-            left = deadline - time.monotonic()
-            if not w.alive or left <= 0 or not select.select([w.sock], [], [], left)[0]:
-                w.alive = False
-                return None
-            try:
-                msg = w.sock.recv(65536)
-            except OSError:
-                msg = b""
-            if not msg:
-                w.alive = False
-                return None
-            m = json.loads(msg)
-            w.stash[m["ended"]] = m
-        return w.stash.pop(eid)
+    def _restart(self, z: Zygote) -> None:
+        z.stop()
+        shutil.rmtree(z.root, ignore_errors=True)
+        self._workers[z.index] = Zygote(z.index, self._root, self.limits).ready()
 
     def _probe(self) -> dict:
         ep = self._new_episode(0, op="probe")
@@ -278,85 +248,68 @@ class Pool:
             out["seccomp_error"] = facts["seccomp_error"]
         return out
 
-    # ------------------------------------------------------------------------- episodes
-
     def _new_episode(self, worker: int | None, op: str = "spawn") -> _Episode:
         if worker is None:
             worker, self._rr = self._rr % len(self._workers), self._rr + 1
-        w = self._workers[worker % len(self._workers)]
+        z = self._workers[worker % len(self._workers)]
         eid, self._next_id = self._next_id, self._next_id + 1
         for _ in range(2):
             req_r, req_w = os.pipe()
             rep_r, rep_w = os.pipe()
-            sent = self._tell(w, {"op": op, "ep": eid}, [req_r, rep_w])
+            sent = z.tell({"op": op, "ep": eid}, [req_r, rep_w])
             os.close(req_r)
             os.close(rep_w)
             if sent:
                 break
             os.close(req_w)
             os.close(rep_r)
-            self._restart(w)
-            w = self._workers[w.index]
+            self._restart(z)
+            z = self._workers[z.index]
         else:
-            raise RuntimeError(f"sandbox worker {w.index} keeps dying")
+            raise RuntimeError(f"sandbox worker {z.index} keeps dying")
         os.set_blocking(req_w, False)
         os.set_blocking(rep_r, False)
-        ep = _Episode(eid, w, req_w, rep_r, self.limits.max_frame_bytes)
+        ep = _Episode(eid, z, req_w, rep_r, self.limits.max_frame_bytes)
         self._episodes[eid] = ep
         return ep
 
-    def _batch(self, reqs: Mapping[int, dict], timeout: float) -> Iterator[Reply]:
-        eps = []
+    def _inflight_ids(self) -> list[int]:
+        return [ep.id for ep in self._inflight.values()] + list(self._ready)
+
+    def _submit_batch(self, reqs: Mapping[int, dict], timeout: float) -> None:
         for e in reqs:
             ep = self._episodes.get(e)
-            if ep is None or ep.op is not None:
+            if ep is None or ep.op is not None or e in self._ready:
                 raise ValueError(f"episode {e} is not live or still has a request in flight")
-            ep.key = ep.id
-            eps.append(ep)
-        return self._collect([(ep, self._submit(ep, reqs[ep.id], timeout)) for ep in eps])
+        for e, req in reqs.items():
+            ep = self._episodes[e]
+            ep.key = e
+            self._submit(ep, req, timeout)
 
-    def _submit(self, ep: _Episode, req: dict, timeout: float) -> Reply | None:
+    def _submit(self, ep: _Episode, req: dict, timeout: float) -> None:
         ep.op, ep.deadline = req["op"], time.monotonic() + timeout
         try:
             protocol.write_all(ep.wfd, protocol.encode(req), ep.deadline)
         except BrokenPipeError:
             pass  # the child is gone; reading its pipe will say how
         except TimeoutError:
-            return self._fail(ep, Status.TIMEOUT, f"{req['op']}: child did not read its request")
-        return None
+            self._ready[ep.id] = self._fail(ep, Status.TIMEOUT, f"{req['op']}: child did not read its request")
+            return
+        self._inflight[ep.rfd] = ep
+        self._poller.register(ep.rfd, select.POLLIN)
 
-    def _collect(self, items: list[tuple[_Episode, Reply | None]]) -> Iterator[Reply]:
-        waiting: dict[int, _Episode] = {}
-        poller = select.poll()
-        ready = []
-        for ep, immediate in items:
-            if immediate is not None:
-                ready.append(immediate)
-            else:
-                waiting[ep.rfd] = ep
-                poller.register(ep.rfd, select.POLLIN)
+    def _drain(self, ids: Iterable[int]) -> Iterator[Reply]:
+        ids = set(ids)
         try:
-            yield from ready
-            while waiting:
-                now = time.monotonic()
-                soonest = min(ep.deadline for ep in waiting.values())
-                if soonest <= now:
-                    for fd, ep in list(waiting.items()):
-                        if ep.deadline <= now:
-                            del waiting[fd]
-                            poller.unregister(fd)
-                            yield self._fail(ep, Status.TIMEOUT,
-                                             f"{ep.op}: no reply within the deadline; killed")
-                    continue
-                for fd, _ in poller.poll(max(1, int((soonest - now) * 1000) + 1)):
-                    reply = self._read(waiting[fd])
-                    if reply is not None:
-                        del waiting[fd]
-                        poller.unregister(fd)
-                        yield reply
+            while ids:
+                replies = self.wait(ids)
+                if not replies:
+                    break  # nothing of ours is out any more
+                for r in replies:
+                    ids.discard(r.episode)
+                    yield r
         finally:
-            for ep in waiting.values():  # the caller stopped iterating: abandon what is left
-                self._end(ep)
+            self.end_many(ids)  # the caller stopped iterating: abandon what is left
 
     def _read(self, ep: _Episode) -> Reply | None:
         try:
@@ -374,24 +327,28 @@ class Pool:
         return None
 
     def _reply(self, ep: _Episode, msg) -> Reply:
-        op, ep.op = ep.op, None
+        op = ep.op
+        self._settle(ep)
         if not isinstance(msg, dict):
             return self._fail(ep, Status.PROTOCOL_ERROR, "reply is not an object")
         if "err" in msg:
             err, reason = msg.get("err"), msg.get("reason")
             if err not in _CHILD_ERRORS or not isinstance(reason, str):
                 return self._fail(ep, Status.PROTOCOL_ERROR, "malformed error reply")
-            return self._fail(ep, Status(err), f"{op}: {reason[:500]}")
+            phase = msg.get("phase") if op == "start" and isinstance(msg.get("phase"), str) else ""
+            return self._fail(ep, Status(err), f"{op}: {reason[:500]}", phase[:20])
+        phase = "reset" if op == "start" else ""
         try:
             if op in ("start", "reset"):
                 obs, info = check_reset(msg.get("ret"), self.limits)
+                phase = "solution" if op == "start" else ""
                 sol = check_solution(msg.get("solution"), self.limits) if op == "start" else None
                 return Reply(ep.key, ep.id, Status.OK, observation=obs, info=info, solution=sol)
             obs, reward, term, trunc, info = check_step(msg.get("ret"), self.limits)
         except Invalid as e:
-            return self._fail(ep, e.status, f"{op}: {e.reason}")
+            return self._fail(ep, e.status, f"{op}: {e.reason}", phase)
         except (OverflowError, TypeError, ValueError) as e:
-            return self._fail(ep, Status.INVALID_RETURN, f"{op}: {e}")
+            return self._fail(ep, Status.INVALID_RETURN, f"{op}: {e}", phase)
         reply = Reply(ep.key, ep.id, Status.OK, observation=obs, reward=reward, terminated=term,
                       truncated=trunc, info=info)
         if reply.done:
@@ -400,6 +357,7 @@ class Pool:
 
     def _died(self, ep: _Episode) -> Reply:
         op = ep.op
+        self._settle(ep)
         st = self._end(ep, want_status=True)
         if st is None:
             return self._reply_error(ep, Status.CRASHED, f"{op}: the worker died")
@@ -411,26 +369,32 @@ class Pool:
         what = f"killed by signal {signal.Signals(sig).name}" if sig else f"exited with code {code}"
         return self._reply_error(ep, Status.CRASHED, f"{op}: the environment process {what}")
 
-    def _fail(self, ep: _Episode, status: Status, reason: str) -> Reply:
+    def _fail(self, ep: _Episode, status: Status, reason: str, phase: str = "") -> Reply:
         self._end(ep)
-        return self._reply_error(ep, status, reason)
+        return self._reply_error(ep, status, reason, phase)
 
     @staticmethod
-    def _reply_error(ep: _Episode, status: Status, reason: str) -> Reply:
-        return Reply(ep.key, ep.id, status, reason=reason)
+    def _reply_error(ep: _Episode, status: Status, reason: str, phase: str = "") -> Reply:
+        return Reply(ep.key, ep.id, status, reason=reason, phase=phase)
+
+    def _settle(self, ep: _Episode) -> None:
+        """The request in flight is answered (or given up on): stop watching the pipe."""
+        if self._inflight.pop(ep.rfd, None) is not None:
+            self._poller.unregister(ep.rfd)
+        ep.op = None
 
     def _end(self, ep: _Episode, want_status: bool = False) -> dict | None:
         if self._episodes.pop(ep.id, None) is None:
             return None
-        ep.op = None
+        self._settle(ep)
         os.close(ep.wfd)
         os.close(ep.rfd)
-        w = ep.worker
-        if not self._tell(w, {"op": "end", "ep": ep.id, "reply": want_status}):
-            if w is self._workers[w.index]:
-                self._restart(w)
+        z = ep.worker
+        if not z.tell({"op": "end", "ep": ep.id, "reply": want_status}):
+            if self._workers and z is self._workers[z.index]:
+                self._restart(z)
             return None
-        return self._ask_ended(w, ep.id) if want_status else None
+        return z.ended(ep.id) if want_status else None
 
 
 def _check_seed(seed) -> None:

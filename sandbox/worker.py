@@ -81,18 +81,25 @@ def _error_reason(e: BaseException) -> str:
 def _answer(req: dict, state: dict):
     op = req.get("op")
     if op == "start":
+        state["phase"] = "compile"
+        code = compile(req["code"], "<env>", "exec")
         ns = {"__name__": "__env__", "__builtins__": __builtins__}
-        exec(compile(req["code"], "<env>", "exec"), ns)  # noqa: S102 - this is the sandbox
+        state["phase"] = "exec"
+        exec(code, ns)  # noqa: S102 - this is the sandbox
+        state["phase"] = "class"
         cls = _find_class(ns)
+        state["phase"] = "init"
         try:
             env = cls()
         except TypeError:
             env = cls(max_turns=req["max_turns"])
-        state["env"] = env
+        state["env"], state["phase"] = env, "reset"
         out = {"ret": _plain(env.reset(seed=req["seed"]))}
         if req.get("solution"):
+            state["phase"] = "solution"
             fn = getattr(env, "solution", None)
             out["solution"] = _plain(list(fn())) if callable(fn) else None
+        state["phase"] = ""
         return out
     if op == "reset":
         return {"ret": _plain(state["env"].reset(seed=req["seed"]))}
@@ -107,6 +114,7 @@ def serve_episode(cap: int) -> None:
     state: dict = {}  # nondeterminism in validation, whichever worker runs the two transcripts
     oom = protocol.encode({"err": "OOM", "reason": "MemoryError"})
     while True:
+        state["phase"] = ""
         try:
             req = protocol.read_frame(REQ_FD, cap)
         except (EOFError, protocol.FrameError):
@@ -117,7 +125,8 @@ def serve_episode(cap: int) -> None:
             out = oom
         except BaseException as e:  # noqa: BLE001 - SystemExit and friends are env errors too
             try:
-                out = protocol.encode({"err": "ENV_ERROR", "reason": _error_reason(e)})
+                out = protocol.encode({"err": "ENV_ERROR", "reason": _error_reason(e),
+                                       "phase": state.get("phase", "")})
             except MemoryError:
                 out = oom
         if len(out) - protocol.HEADER.size > cap:
