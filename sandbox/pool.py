@@ -174,16 +174,16 @@ class Pool:
                 self._end(ep)
 
     def play(self, code: str, seed: int | None, actions: Iterable[str], worker: int | None = None,
-             solution: bool = False) -> list[Reply]:
+             solution: bool = False, timeout: float | None = None) -> list[Reply]:
         """One whole episode, synchronously: the start reply, then one reply per action until
-        the episode is done. The episode is always ended."""
-        (first,) = list(self.start_many({0: Start(code, seed, worker, solution)}))
+        the episode is done. The episode is always ended. `timeout` overrides every deadline."""
+        (first,) = list(self.start_many({0: Start(code, seed, worker, solution)}, timeout))
         out = [first]
         try:
             for a in actions:
                 if out[-1].done:
                     break
-                out += list(self.step_many({first.episode: a}))
+                out += list(self.step_many({first.episode: a}, timeout))
         finally:
             self.end_many([first.episode])
         return out

@@ -26,10 +26,10 @@ from sandbox.contract import Limits
 
 # Imported once here so that children share them (copy-on-write) and need no file access for
 # them: a child may have no read access to the standard library at all.
-PRELOAD = """abc array base64 binascii bisect calendar cmath collections collections.abc contextlib copy
-dataclasses datetime decimal difflib enum fractions functools graphlib hashlib heapq io itertools json
-math numbers operator pprint queue random re statistics string struct textwrap threading time
-types typing unicodedata uuid weakref zlib""".split()
+PRELOAD = """abc array base64 binascii bisect calendar cmath collections collections.abc colorsys
+contextlib copy dataclasses datetime decimal difflib enum fnmatch fractions functools graphlib hashlib
+heapq io itertools json keyword math numbers operator pprint queue random re secrets shlex statistics
+string struct textwrap threading time types typing unicodedata uuid weakref zlib""".split()
 
 REQ_FD, REP_FD = 3, 4
 
@@ -37,20 +37,33 @@ REQ_FD, REP_FD = 3, 4
 # ----------------------------------------------------------------------------- episode child
 
 
-def _plain(x, depth: int = 0):
+class _TooLarge(Exception):
+    pass
+
+
+def _plain(x, budget: list, depth: int = 0):
     """JSON-able copy of what the environment returned; what JSON cannot carry is marked, so the
-    host can name it (a tuple becomes a list; a NaN or an object becomes {"$unjson": name})."""
+    host can name it (a tuple becomes a list; a NaN or an object becomes {"$unjson": name}).
+    `budget` ([chars left]) stops a huge reply before any time is spent encoding it."""
     if depth > 40:
         return {"$unjson": "too deep"}
-    if x is None or isinstance(x, (bool, str, int)):
+    if isinstance(x, str):
+        budget[0] -= len(x)
+        if budget[0] < 0:
+            raise _TooLarge(f"reply over {len(x)} chars")
+        return str(x)
+    if x is None or isinstance(x, (bool, int)):
         return x
     if isinstance(x, float):
         return x if math.isfinite(x) else {"$unjson": repr(x)}
     if isinstance(x, (list, tuple)):
-        return [_plain(v, depth + 1) for v in x]
+        budget[0] -= len(x)
+        if budget[0] < 0:
+            raise _TooLarge(f"reply with a sequence of {len(x)} items")
+        return [_plain(v, budget, depth + 1) for v in x]
     if isinstance(x, dict):
         if all(isinstance(k, str) for k in x):
-            return {k: _plain(v, depth + 1) for k, v in x.items()}
+            return {_plain(k, budget, depth + 1): _plain(v, budget, depth + 1) for k, v in x.items()}
         return {"$unjson": "dict with non-str keys"}
     return {"$unjson": type(x).__name__}
 
@@ -78,8 +91,9 @@ def _error_reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg[:300]}{line}"
 
 
-def _answer(req: dict, state: dict):
+def _answer(req: dict, state: dict, cap: int):
     op = req.get("op")
+    budget = [cap]
     if op == "start":
         state["phase"] = "compile"
         code = compile(req["code"], "<env>", "exec")
@@ -94,17 +108,17 @@ def _answer(req: dict, state: dict):
         except TypeError:
             env = cls(max_turns=req["max_turns"])
         state["env"], state["phase"] = env, "reset"
-        out = {"ret": _plain(env.reset(seed=req["seed"]))}
+        out = {"ret": _plain(env.reset(seed=req["seed"]), budget)}
         if req.get("solution"):
             state["phase"] = "solution"
             fn = getattr(env, "solution", None)
-            out["solution"] = _plain(list(fn())) if callable(fn) else None
+            out["solution"] = _plain(list(fn()), budget) if callable(fn) else None
         state["phase"] = ""
         return out
     if op == "reset":
-        return {"ret": _plain(state["env"].reset(seed=req["seed"]))}
+        return {"ret": _plain(state["env"].reset(seed=req["seed"]), budget)}
     if op == "step":
-        return {"ret": _plain(state["env"].step(req["action"]))}
+        return {"ret": _plain(state["env"].step(req["action"]), budget)}
     return {"err": "PROTOCOL_ERROR", "reason": f"unknown op {op!r}"}
 
 
@@ -120,9 +134,11 @@ def serve_episode(cap: int) -> None:
         except (EOFError, protocol.FrameError):
             os._exit(0)
         try:
-            out = protocol.encode(_answer(req, state))
+            out = protocol.encode(_answer(req, state, cap))
         except MemoryError:
             out = oom
+        except _TooLarge as e:
+            out = protocol.encode({"err": "OUTPUT_TOO_LARGE", "reason": str(e)})
         except BaseException as e:  # noqa: BLE001 - SystemExit and friends are env errors too
             try:
                 out = protocol.encode({"err": "ENV_ERROR", "reason": _error_reason(e),

@@ -22,7 +22,10 @@ from sandbox.contract import Limits
 
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
         "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-        "NUMEXPR_NUM_THREADS": "1", "VECLIB_MAXIMUM_THREADS": "1"}
+        "NUMEXPR_NUM_THREADS": "1", "VECLIB_MAXIMUM_THREADS": "1",
+        # Each malloc arena reserves 64 MiB of address space, which RLIMIT_AS counts: few arenas
+        # keep a threaded environment from running out of address space for nothing.
+        "MALLOC_ARENA_MAX": "2"}
 _BOOT = "import sys; sys.path.insert(0, {!r}); from sandbox import worker; worker.main()"
 
 
