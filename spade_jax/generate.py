@@ -130,11 +130,14 @@ def parse(argv: Sequence[str]) -> ml_collections.ConfigDict:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+  sharding.initialize_distributed()
   try:
     c = parse(sys.argv[1:] if argv is None else argv)
     completions = run(c)
   except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
     sys.exit(f"error: {e.args[0] if isinstance(e, KeyError) else e}")
+  if jax.process_index() != 0:
+    return
   for i, text in enumerate(completions):
     if c.num_samples > 1:
       print(f"--- sample {i}")

@@ -10,6 +10,7 @@ once from `jax.eval_shape`, and parameters are created or loaded directly into t
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Callable, Mapping
 
 import jax
@@ -34,6 +35,13 @@ DEFAULT_RULES: dict[str, tuple[str, ...]] = {
 }
 
 Rules = Mapping[str, tuple[str, ...]]
+
+
+def initialize_distributed() -> None:
+  """Multi-host start-up; entry points call this first. launchers/tpu_pod.sh sets
+  SPADE_DISTRIBUTED=1 on every host, and JAX discovers the slice's coordinator itself."""
+  if os.environ.get("SPADE_DISTRIBUTED") == "1":
+    jax.distributed.initialize()
 
 
 def make_mesh(shape: Mapping[str, int], devices=None) -> Mesh:
