@@ -1,0 +1,307 @@
+"""The GRPO learner: one jitted, sharded `train_step(state, batch) -> (state, metrics)`.
+
+A batch holds whole sequences (designer programs and agent episodes alike), their per-token loss
+mask, the sampler's log-probs and temperatures, and one advantage per sequence. The step scores
+the sequences with the current policy in sequence chunks (the full [B, T, V] logits never exist;
+each chunk's logits are recomputed in the backward pass), evaluates `rl.policy_loss`, accumulates
+gradients over micro-batches, and applies AdamW with global-norm clipping. With one optimizer step
+per batch, logp_old is the current log-prob under stop-gradient, so no extra forward pass runs;
+with `minibatches > 1` logp_old is computed once for the whole batch first. A step whose loss or
+gradient is not finite leaves the state unchanged and reports `skipped = 1`.
+
+Batch fields (token-aligned: index t of every [B, T] array refers to tokens_BT[:, t], which is
+scored from the logits at t - 1, so loss_mask_BT[:, 0] must be 0):
+  tokens_BT int32, loss_mask_BT float32 (1 on trained tokens), advantages_B float32,
+  logp_behaviour_BT float32 (the sampler's log-probs; anything where the mask is 0),
+  temperature_B float32 (the sampling temperature; `logprobs.token_logprobs` convention),
+  optional positions_BT int32 and valid_BT bool (left padding; default 0..T-1 and all valid),
+  logp_ref_BT float32 only when kl_beta != 0 (no reference pass otherwise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Mapping, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from spade_jax import logprobs, rl, sharding
+from spade_jax import model as model_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+  """Optimiser, loss and memory knobs. Defaults: SPADE.md §7 (games recipe)."""
+
+  lr: float = 1e-6
+  weight_decay: float = 0.1
+  b1: float = 0.9
+  b2: float = 0.98
+  adam_eps: float = 1e-8
+  max_grad_norm: float = 1.0
+  eps_low: float = 0.2
+  eps_high: float = 0.28
+  tis_cap: float = 2.0
+  kl_beta: float = 0.0
+  kl_clamp: float = 10.0
+  micro_batch: int = 0  # samples per gradient-accumulation step; 0 = the whole (mini)batch
+  minibatches: int = 1  # optimizer steps per batch; > 1 computes logp_old once up front
+  chunk: int = 256  # sequence positions scored at a time (bounds the [B, chunk, V] logits)
+  remat: bool = False  # recompute each layer's activations in the backward pass
+  entropy: bool = True  # report the policy entropy over trained tokens (costs a softmax)
+
+  def __post_init__(self):
+    if self.minibatches < 1 or self.micro_batch < 0 or self.chunk < 1:
+      raise ValueError(f"invalid LearnerConfig: minibatches={self.minibatches}, "
+                       f"micro_batch={self.micro_batch}, chunk={self.chunk}")
+    if not (0 <= self.eps_low < 1 and self.eps_high >= 0 and self.tis_cap > 0):
+      raise ValueError(f"invalid clipping: eps_low={self.eps_low}, eps_high={self.eps_high}, "
+                       f"tis_cap={self.tis_cap}")
+
+
+class TrainState(NamedTuple):
+  step: jax.Array  # int32 scalar: optimizer updates applied
+  params: Any  # float32 master parameters
+  opt_state: Any
+  rng: jax.Array  # uint32[2] raw key, for the caller's sampling; folded with the step by users
+
+
+def optimizer(cfg: LearnerConfig) -> optax.GradientTransformation:
+  return optax.chain(
+      optax.clip_by_global_norm(cfg.max_grad_norm),
+      optax.adamw(cfg.lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.adam_eps, weight_decay=cfg.weight_decay))
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring
+
+
+def _shift_left(x_BT, fill=0):
+  return jnp.concatenate([x_BT[:, 1:], jnp.full_like(x_BT[:, :1], fill)], axis=1)
+
+
+def score(params, batch: Mapping[str, jax.Array], mcfg: model_lib.ModelConfig, chunk: int,
+          remat: bool = False, entropy: bool = False):
+  """Token-aligned log-probs [B, T] (index 0 is 0) and, optionally, entropies of the predicting
+  distributions, at each row's temperature. Logits exist one [B, chunk, V] block at a time."""
+  tokens = batch["tokens_BT"]
+  B, T = tokens.shape
+  valid = batch.get("valid_BT")
+  mask_BTS = None if valid is None else model_lib.default_mask(T, valid)
+  h = model_lib.hidden_states(params, tokens, mcfg, batch.get("positions_BT"), mask_BTS, remat)
+  head = model_lib.cast({k: params[k] for k in ("embed", "lm_head", "final_norm") if k in params},
+                        mcfg)
+  C = min(chunk, T)
+  n = -(-T // C)
+  pad = n * C - T
+  targets = _shift_left(tokens)
+  if pad:
+    h = jnp.pad(h, ((0, 0), (0, pad), (0, 0)))
+    targets = jnp.pad(targets, ((0, 0), (0, pad)))
+  h_nBCD = h.reshape(B, n, C, -1).swapaxes(0, 1)
+  tgt_nBC = targets.reshape(B, n, C).swapaxes(0, 1)
+  temp_B = batch["temperature_B"]
+
+  @jax.checkpoint  # keep only h per chunk for the backward pass, not the logits
+  def one_chunk(h_BCD, tgt_BC):
+    logits = model_lib.unembed(head, h_BCD, mcfg)
+    lp = logprobs.token_logprobs(logits, tgt_BC, temp_B)
+    ent = rl.token_entropy(jax.lax.stop_gradient(logits), temp_B) if entropy else None
+    return lp, ent
+
+  _, (lp_nBC, ent_nBC) = jax.lax.scan(lambda c, x: (c, one_chunk(*x)), None, (h_nBCD, tgt_nBC))
+
+  def align(x_nBC):  # prediction of token t+1 at t -> index t+1
+    x = x_nBC.swapaxes(0, 1).reshape(B, n * C)[:, :T]
+    return jnp.concatenate([jnp.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
+
+  return align(lp_nBC), (align(ent_nBC) if entropy else None)
+
+
+def loss_fn(params, mb, n_samples, mcfg: model_lib.ModelConfig, cfg: LearnerConfig):
+  """(loss, stats) of one micro-batch; `n_samples` counts the non-empty rows of the whole batch."""
+  logp, ent = score(params, mb, mcfg, cfg.chunk, cfg.remat, cfg.entropy)
+  logp_old = mb["logp_old_BT"] if "logp_old_BT" in mb else jax.lax.stop_gradient(logp)
+  return rl.policy_loss(logp, logp_old, mb["logp_behaviour_BT"], mb["advantages_B"],
+                        mb["loss_mask_BT"], n_samples, eps_low=cfg.eps_low,
+                        eps_high=cfg.eps_high, tis_cap=cfg.tis_cap, kl_beta=cfg.kl_beta,
+                        logp_ref_BT=mb.get("logp_ref_BT"), kl_clamp=cfg.kl_clamp,
+                        entropy_BT=ent)
+
+
+# ---------------------------------------------------------------------------------------------
+# The step
+
+
+def _split(tree, m: int, batch_layout):
+  """[B, ...] -> [m, B/m, ...] with micro-batch j = rows j, j+m, j+2m, ...: every device's shard
+  of the batch holds rows of every micro-batch, so each micro-batch stays spread over the mesh."""
+  def one(x):
+    y = x.reshape(x.shape[0] // m, m, *x.shape[1:]).swapaxes(0, 1)
+    if batch_layout is not None:
+      mesh, spec = batch_layout
+      y = jax.lax.with_sharding_constraint(
+          y, NamedSharding(mesh, P(None, spec, *([None] * (x.ndim - 1)))))
+    return y
+  return jax.tree.map(one, tree)
+
+
+def _grads(params, batch, mcfg, cfg, micro: int, batch_layout):
+  """Gradient and stats of the whole `batch`, accumulated over micro-batches of `micro` rows."""
+  n_samples = jnp.maximum(jnp.sum(jnp.sum(batch["loss_mask_BT"], axis=1) > 0), 1).astype(
+      jnp.float32)
+  vg = jax.value_and_grad(loss_fn, has_aux=True)
+  B = batch["tokens_BT"].shape[0]
+  if micro == 0 or micro == B:
+    (loss, stats), grads = vg(params, batch, n_samples, mcfg, cfg)
+    return loss, grads, stats
+  mbs = _split(batch, B // micro, batch_layout)
+
+  def body(carry, mb):
+    loss_acc, g_acc, s_acc = carry
+    (loss, stats), g = vg(params, mb, n_samples, mcfg, cfg)
+    return (loss_acc + loss, jax.tree.map(jnp.add, g_acc, g), rl.combine_stats(s_acc, stats)), None
+
+  first = jax.tree.map(lambda x: x[0], mbs)
+  (loss, stats), grads = vg(params, first, n_samples, mcfg, cfg)
+  rest = jax.tree.map(lambda x: x[1:], mbs)
+  (loss, grads, stats), _ = jax.lax.scan(body, (loss, grads, stats), rest)
+  return loss, grads, stats
+
+
+def _update(state: TrainState, batch, mcfg, cfg, tx, micro, batch_layout):
+  loss, grads, stats = _grads(state.params, batch, mcfg, cfg, micro, batch_layout)
+  grad_norm = optax.tree.norm(grads)
+  ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
+  new = TrainState(state.step + ok.astype(jnp.int32), keep(params, state.params),
+                   keep(opt_state, state.opt_state), state.rng)
+  metrics = dict(rl.finalize_stats(stats), loss=loss, grad_norm=grad_norm,
+                 skipped=1.0 - ok.astype(jnp.float32))
+  return new, metrics
+
+
+def _train_step(state: TrainState, batch, mcfg, cfg, tx, batch_layout):
+  B = batch["tokens_BT"].shape[0]
+  M = cfg.minibatches
+  if M == 1:
+    new, metrics = _update(state, batch, mcfg, cfg, tx, cfg.micro_batch, batch_layout)
+    return new, dict(metrics, lr=jnp.float32(cfg.lr))
+  # Several optimizer steps on one batch: the ratio is taken against the policy that started it.
+  def old_logp(mb):
+    return score(state.params, mb, mcfg, cfg.chunk)[0]
+  micro = cfg.micro_batch or B
+  if micro < B:
+    logp_old = jax.lax.map(old_logp, _split(batch, B // micro, batch_layout))
+    logp_old = logp_old.swapaxes(0, 1).reshape(B, -1)
+  else:
+    logp_old = old_logp(batch)
+  batch = dict(batch, logp_old_BT=jax.lax.stop_gradient(logp_old))
+  mini = _split(batch, M, batch_layout)
+  sub_micro = 0 if cfg.micro_batch in (0, B // M) else cfg.micro_batch
+  state, per_mb = jax.lax.scan(
+      lambda s, mb: _update(s, mb, mcfg, cfg, tx, sub_micro, batch_layout), state, mini)
+  metrics = {k: (v.max() if k.endswith("_max") else v.mean()) for k, v in per_mb.items()}
+  return state, dict(metrics, lr=jnp.float32(cfg.lr))
+
+
+class Learner(NamedTuple):
+  """What the loop holds: `init_state(params, seed)` and `train_step(state, batch)`."""
+
+  model_cfg: model_lib.ModelConfig
+  cfg: LearnerConfig
+  mesh: Mesh
+  state_shardings: TrainState
+  init_state: Callable[..., TrainState]
+  train_step: Callable[[TrainState, Mapping[str, Any]], tuple[TrainState, dict]]
+  jitted_step: Callable  # the same step without the host-side batch checks
+
+
+def batch_fields(cfg: LearnerConfig) -> tuple[str, ...]:
+  fields = ("tokens_BT", "loss_mask_BT", "advantages_B", "logp_behaviour_BT", "temperature_B")
+  return fields + (("logp_ref_BT",) if cfg.kl_beta != 0.0 else ())
+
+
+def validate_batch(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards: int = 1) -> None:
+  """Host-side checks that turn bad input into a clear error instead of a NaN update."""
+  required = batch_fields(cfg)
+  optional = ("positions_BT", "valid_BT")
+  missing = [k for k in required if k not in batch]
+  extra = [k for k in batch if k not in required + optional]
+  if missing or extra:
+    raise ValueError(f"batch fields: missing {missing}, unexpected {extra} (kl_beta="
+                     f"{cfg.kl_beta}; logp_ref_BT is needed exactly when kl_beta != 0)")
+  B, T = np.shape(batch["tokens_BT"])
+  for k, v in batch.items():
+    want = (B,) if k.endswith("_B") else (B, T)
+    if np.shape(v) != want:
+      raise ValueError(f"batch[{k!r}] has shape {np.shape(v)}, expected {want}")
+  mask = np.asarray(batch["loss_mask_BT"])
+  if np.any(mask[:, 0] != 0):
+    raise ValueError("loss_mask_BT[:, 0] must be 0: the first token has no prediction")
+  if not np.any(mask.sum(axis=1) > 0):
+    raise ValueError("every loss mask in the batch is empty: nothing to train on")
+  if not np.all(np.isfinite(np.asarray(batch["advantages_B"]))):
+    raise ValueError("advantages_B has non-finite values")
+  on = mask > 0
+  for k in ("logp_behaviour_BT", "logp_ref_BT"):
+    if k in batch and not np.all(np.isfinite(np.asarray(batch[k])[on])):
+      raise ValueError(f"{k} has non-finite values on trained tokens")
+  if not np.all(np.isfinite(np.asarray(batch["temperature_B"]))):
+    raise ValueError("temperature_B has non-finite values")
+  M = cfg.minibatches
+  micro = cfg.micro_batch or B // M
+  if B % (M * n_batch_shards) or (B // M) % micro or micro % n_batch_shards:
+    raise ValueError(f"batch {B} must split into {M} minibatches of micro-batches of {micro} "
+                     f"rows, each divisible by the {n_batch_shards} batch shards")
+
+
+def make_learner(model_cfg: model_lib.ModelConfig, cfg: LearnerConfig, mesh: Mesh,
+                 rules: Mapping[str, tuple[str, ...]] = sharding.DEFAULT_RULES) -> Learner:
+  """Builds the sharded, jitted step for params laid out by `sharding.param_shardings`."""
+  tx = optimizer(cfg)
+  p_sh = sharding.param_shardings(model_cfg, mesh, rules)
+  rep = sharding.replicated(mesh)
+  abstract = jax.eval_shape(lambda: model_lib.init_params(model_cfg, jax.random.key(0)))
+  opt_sh = optax.tree_map_params(tx, lambda _, s: s, jax.eval_shape(tx.init, abstract), p_sh,
+                                 transform_non_params=lambda _: rep)
+  state_sh = TrainState(rep, p_sh, opt_sh, rep)
+  batch_layout = (mesh, sharding.spec_for(("batch",), rules)[0])
+  n_shards = int(np.prod([mesh.shape[a] for a in rules["batch"]]))
+
+  def batch_sh(batch):
+    return {k: sharding.batch_sharding(mesh, rules, np.ndim(v)) for k, v in batch.items()}
+
+  step_fn = functools.partial(_train_step, mcfg=model_cfg, cfg=cfg, tx=tx, batch_layout=batch_layout)
+  jitted_by_fields: dict[tuple, Any] = {}
+
+  def jitted(batch):
+    key = tuple(sorted((k, np.ndim(v)) for k, v in batch.items()))
+    if key not in jitted_by_fields:
+      jitted_by_fields[key] = jax.jit(step_fn, in_shardings=(state_sh, batch_sh(batch)),
+                                      out_shardings=(state_sh, rep), donate_argnums=(0,))
+    return jitted_by_fields[key]
+
+  opt_init = jax.jit(tx.init, out_shardings=opt_sh)
+
+  def init_state(params, seed: int = 0) -> TrainState:
+    """Step 0 and fresh AdamW moments for `params` (already in `state_shardings.params`)."""
+    return TrainState(jax.device_put(jnp.int32(0), rep), params, opt_init(params),
+                      jax.device_put(jax.random.PRNGKey(seed), rep))
+
+  def jitted_step(state: TrainState, batch: Mapping[str, Any]):
+    batch = {k: jax.device_put(v, s) for (k, v), s in zip(batch.items(), batch_sh(batch).values())}
+    return jitted(batch)(state, batch)
+
+  def train_step(state: TrainState, batch: Mapping[str, Any]):
+    validate_batch(batch, cfg, n_shards)
+    return jitted_step(state, batch)
+
+  return Learner(model_cfg, cfg, mesh, state_sh, init_state, train_step, jitted_step)
