@@ -1,0 +1,118 @@
+"""SPADE self-play: one policy as environment designer and reasoning agent (SPADE.md).
+
+Presets (`--config=configs/spade.py:PRESET`):
+
+  local     the embedded SmolLM2-135M on CPU; two regeneration windows in a few minutes:
+              python -m spade_jax.train --config=configs/spade.py:local --workdir=/tmp/spade
+  qwen3_4b  the paper's games recipe for Qwen3-4B (beta 0); give the HF directory:
+              python -m spade_jax.train --config=configs/spade.py:qwen3_4b \
+                  --config.model=/data/Qwen3-4B --workdir=gs://bucket/run
+  qwen3_8b  the same for Qwen3-8B (KL beta 0.005).
+
+Every number of SPADE.md is a field here with the paper's default; rerunning the same command on
+the same workdir resumes the run.
+"""
+
+import ml_collections
+
+from spade_jax import config as config_lib
+
+SKILLS = ("Mathematical_Reasoning", "Logical_Deduction", "Spatial_Reasoning",
+          "Pattern_Recognition", "Optimization", "Causal_Inference")
+
+
+def _sampling(temperature, top_p, top_k, max_new_tokens):
+  return ml_collections.ConfigDict(dict(temperature=temperature, top_p=top_p, top_k=top_k,
+                                        max_new_tokens=max_new_tokens))
+
+
+def get_config(arg=None):
+  preset = arg or "local"
+  c = ml_collections.ConfigDict()
+  c.preset = preset
+  c.model = "smollm2-135m"  # SPEC: embedded name, HF directory, .gguf, checkpoint, random:PRESET
+  c.dtype = "float32"  # compute dtype (params and optimizer stay float32)
+  c.seed = 0
+  c.total_steps = 400  # rollout steps, one optimizer step each
+  c.mesh = config_lib.mesh_config()
+  c.rules = config_lib.rules_config()
+
+  # §5 schedule
+  c.k = 4  # regeneration period (steps per window)
+  c.envs_per_regen = 24
+  c.plays_per_env = 8  # unhinted plays per pool environment per step (trained)
+  c.hinted_plays = 16  # hinted plays per new environment at a regeneration step (not trained)
+  c.attempts_per_slot = 5  # designer attempts per environment slot, a fresh document each
+  c.global_batch = 192  # trained sequences per optimizer step (designer samples first)
+  c.skills = SKILLS
+  c.skills_per_window = 3  # window start = (regen_index * 3) mod len(skills)
+  c.starter_fill = True  # play starter environments when too few generated ones are admitted
+
+  # §1-2, §4 environments and episodes
+  c.env = ml_collections.ConfigDict(dict(
+      max_turns=25,  # agent turns per episode (capped by the environment's own limit)
+      min_turns=3,  # interactions the designer is asked to require
+      validation_timeout_s=60.0,  # whole admission check of one environment
+      step_timeout_s=5.0,
+      memory_mb=1024,  # address-space limit of one episode process
+      workers=2,  # sandbox zygote processes
+      require_isolation="",  # comma-free names of protections that must be active ("" = none)
+  ))
+  c.agent = _sampling(0.6, 0.95, 20, 1024)  # max_new_tokens per turn
+  c.agent_context = 8192  # tokens of one whole episode
+  c.designer = _sampling(1.0, 1.0, 0, 8192)
+  c.hint = _sampling(0.3, 1.0, 0, 256)
+
+  # §6 rewards
+  c.reward = ml_collections.ConfigDict(dict(
+      variant="blend",  # blend | solve_rate | regret | learning_potential
+      regret_weight=0.4, anchor_weight=0.6, regret_scale=0.15,
+      band_low=0.4, band_high=0.6, ramp=0.25,
+      scale_cap=50.0,  # designer advantage scale = min(n_agent / n_designer * k, cap)
+      lp_fast=0.85, lp_slow=0.98,  # EMA decays of the learning_potential variant
+      agent_eps=1e-8,
+  ))
+
+  # §7 policy loss and optimizer
+  c.rl = ml_collections.ConfigDict(dict(eps_low=0.2, eps_high=0.28, tis_cap=2.0, kl_beta=0.0,
+                                        kl_clamp=10.0))
+  c.optim = ml_collections.ConfigDict(dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98,
+                                           eps=1e-8, grad_clip=1.0, micro_batch=0, remat=True))
+
+  # §8 memory and corpus
+  c.memory = ml_collections.ConfigDict(dict(capacity=200, code_chars=2000, n_positive=2,
+                                            top_regret=10, band_low=0.15, band_high=0.85,
+                                            negative_above=0.9, negative_below=0.1,
+                                            enabled=True))
+  c.corpus = ml_collections.ConfigDict(dict(path="", max_words=6000, enabled=True))
+
+  c.checkpoint_every = 1  # rollout steps between checkpoints
+  c.keep_checkpoints = 3
+
+  if preset == "local":
+    c.total_steps = 4
+    c.k = 2
+    c.envs_per_regen = 2
+    c.plays_per_env = 4
+    c.hinted_plays = 4
+    c.attempts_per_slot = 2
+    c.global_batch = 16
+    c.env.max_turns = 3
+    c.agent.max_new_tokens = 64
+    c.agent_context = 1024
+    c.designer.max_new_tokens = 384
+    c.hint.max_new_tokens = 48
+    c.corpus.max_words = 200
+    c.optim.lr = 1e-6
+  elif preset == "qwen3_4b":
+    c.model = ""  # required: --config.model=/path/to/Qwen3-4B
+    c.dtype = "bfloat16"
+    c.mesh.data, c.mesh.fsdp = 1, -1
+  elif preset == "qwen3_8b":
+    c.model = ""
+    c.dtype = "bfloat16"
+    c.mesh.data, c.mesh.fsdp = 1, -1
+    c.rl.kl_beta = 0.005
+  else:
+    raise ValueError(f"unknown preset {preset!r}; presets: local, qwen3_4b, qwen3_8b")
+  return c

@@ -1,0 +1,1 @@
+"""The SPADE method: prompts, corpus, memory, episodes and the self-play loop."""
