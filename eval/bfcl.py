@@ -1,0 +1,2 @@
+"""BFCL (placeholder while written)."""
+BENCHMARKS = []

@@ -1,0 +1,2 @@
+"""LiveCodeBench v6 (placeholder while written)."""
+BENCHMARKS = []

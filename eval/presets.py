@@ -1,0 +1,62 @@
+"""Evaluation presets: `paper` (SPADE.md §10's sample counts and temperatures) and `smoke`.
+
+paper: AIME 64 samples at T 1.0; GPQA-Diamond 8 samples; LiveCodeBench v6 1 sample;
+Reasoning-Gym 8 episodes per task (see rgym.py); BFCL multi-turn greedy with BFCL's own 20-step
+limit. HumanEval and MATH-500 are not in the paper's table; they use the common protocols
+(greedy pass@1; 4 samples at T 0.6). The paper's token budget for thinking models is large
+(32768 new tokens); lower `max_new_tokens` with `--max-new-tokens` for a non-thinking model.
+
+smoke: two problems (or episodes) per benchmark, one short sample each — a few minutes on two CPU
+cores with SmolLM2-135M, meant to prove the pipeline end to end, not to measure anything.
+"""
+
+from __future__ import annotations
+
+from eval.generation import Sampling
+from eval.protocol import Protocol
+
+_THINK = 32768
+SMOKE_TASKS = {"math": ("basic_arithmetic", "gcd"), "algorithmic": ("graph_color", "word_sorting"),
+               "cognition": ("color_cube_rotation", "rectangle_count"),
+               "logic": ("knights_knaves", "syllogism")}
+
+
+def _paper() -> dict[str, Protocol]:
+  aime = Protocol(None, Sampling(n=64, temperature=1.0, top_p=0.95, max_new_tokens=_THINK))
+  return {
+      "aime24": aime, "aime25_i": aime, "aime25": aime, "aime26": aime,
+      "math500": Protocol(None, Sampling(n=4, temperature=0.6, top_p=0.95,
+                                         max_new_tokens=_THINK)),
+      "gpqa_diamond": Protocol(None, Sampling(n=8, temperature=1.0, top_p=0.95,
+                                              max_new_tokens=_THINK)),
+      "livecodebench_v6": Protocol(None, Sampling(n=1, temperature=0.6, top_p=0.95,
+                                                  max_new_tokens=_THINK), timeout_s=20.0),
+      "humaneval": Protocol(None, Sampling(n=1, temperature=0.0, max_new_tokens=2048),
+                            timeout_s=10.0),
+      **{f"rg_{b}": Protocol(None, Sampling(n=1, temperature=1.0, top_p=0.95,
+                                            max_new_tokens=_THINK), episodes=8)
+         for b in ("math", "algorithmic", "cognition", "logic")},
+      **{f"bfcl_mt_{c}": Protocol(None, Sampling(n=1, temperature=0.0, max_new_tokens=4096),
+                                  max_steps=20)
+         for c in ("base", "miss_func", "miss_param", "long_context")},
+  }
+
+
+def _smoke() -> dict[str, Protocol]:
+  short = Sampling(n=1, temperature=0.0, max_new_tokens=24)
+  out = {name: Protocol(2, short, timeout_s=10.0) for name in _paper()}
+  # Reasoning-Gym: one episode of two tasks per bucket.
+  out.update({f"rg_{b}": Protocol(None, short, episodes=1, subset=tasks)
+              for b, tasks in SMOKE_TASKS.items()})
+  out.update({f"bfcl_mt_{c}": Protocol(1, short, max_steps=1)
+              for c in ("base", "miss_func", "miss_param", "long_context")})
+  return out
+
+
+PRESETS = {"paper": _paper, "smoke": _smoke}
+
+
+def get(preset: str) -> dict[str, Protocol]:
+  if preset not in PRESETS:
+    raise ValueError(f"unknown preset {preset!r}; presets: {sorted(PRESETS)}")
+  return PRESETS[preset]()
