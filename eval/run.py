@@ -47,8 +47,7 @@ def _record(bench: Benchmark, item: dict, sample: int, completion, graded: dict)
 def _progress(total: int, desc: str):
   from tqdm import tqdm
 
-  return tqdm(total=total, desc=desc, unit="sample", file=sys.stderr, dynamic_ncols=True,
-              disable=None)
+  return tqdm(total=total, desc=desc, unit="sample", file=sys.stderr, dynamic_ncols=True)
 
 
 def _existing(path: str) -> dict[tuple[str, int], dict]:
