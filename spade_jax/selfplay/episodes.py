@@ -1,0 +1,213 @@
+"""Batched multi-turn agent episodes: sampler turns on the device, environment steps in the sandbox.
+
+Each group is one environment instance (code + reset seed + optional hint) played G times; the G
+plays share one prefill. Episodes alternate: the sampler writes a turn for every live episode,
+the sandbox steps every one of them, observations are appended to the transcripts, and the
+sampler continues only the live ones (ended ones are dropped from the cache for good).
+
+To keep the device busy while environments run, groups are split into two cohorts that take
+turns: while one cohort's actions execute in the sandbox's processes, the device samples the
+other cohort. Time the host spends waiting for sandbox replies is reported as `env_wait_s`.
+
+The return is outcome-only (SPADE.md §4): clip(last reward, -1, 1) if the episode terminated,
+else 0; a crash or invalid reply ends the episode with -1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Sequence
+
+import numpy as np
+
+from sandbox.contract import Status
+from sandbox.pool import Pool, Start
+from spade_jax import sampling
+from spade_jax import tokenizer as tok_lib
+from spade_jax.selfplay import prompts
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+  """One environment instance, played `plays` times."""
+  env_id: str
+  code: str
+  seed: int
+  hint: str | None = None
+
+
+@dataclasses.dataclass
+class Episode:
+  """One play: the training sequence (tokens, loss mask, behaviour log-probs) and its outcome."""
+  group: int
+  tokens: list[int]
+  mask: list[int]
+  logp: list[float]  # behaviour log-prob on assistant tokens, 0 elsewhere
+  ret: float = 0.0
+  turns: int = 0
+  end: str = ""  # terminated | truncated | max_turns | context | crash | start_failed
+  status: str = "OK"  # the sandbox status of the last reply
+  won: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+  max_turns: int
+  context: int  # tokens of the whole episode
+
+
+@dataclasses.dataclass
+class Timing:
+  sample_s: float = 0.0  # device: sampler calls
+  env_wait_s: float = 0.0  # host blocked on sandbox replies
+  tokens: int = 0  # assistant tokens sampled
+
+  def add(self, other: "Timing") -> "Timing":
+    return Timing(self.sample_s + other.sample_s, self.env_wait_s + other.env_wait_s,
+                  self.tokens + other.tokens)
+
+
+def outcome(status: Status, reward: float, terminated: bool) -> float:
+  if status is not Status.OK:
+    return -1.0
+  return float(np.clip(reward, -1.0, 1.0)) if terminated else 0.0
+
+
+class _Cohort:
+  """A set of groups sampled together: their sampler state and per-episode bookkeeping."""
+
+  def __init__(self, group_ids: list[int], plays: int):
+    self.group_ids = group_ids
+    self.rows = [g for g in group_ids for _ in range(plays)]  # row -> group
+    self.conv = None
+    self.episode_of_row: dict[int, int] = {}  # sandbox episode id -> row
+    self.sandbox_id: dict[int, int] = {}  # row -> sandbox episode id
+    self.live: set[int] = set()
+    self.last_turn: dict[int, list[int]] = {}
+
+
+def play(pool: Pool, sampler: sampling.Sampler, params, tokenizer, groups: Sequence[Group],
+         plays: int, settings: sampling.Settings, limits: Limits, seed: int
+         ) -> tuple[list[Episode], Timing]:
+  """Plays every group `plays` times; returns episodes in (group, play) order."""
+  timing = Timing()
+  episodes = [Episode(g, [], [], []) for g in range(len(groups)) for _ in range(plays)]
+  if not groups:
+    return episodes, timing
+
+  # Start one sandbox episode per play (all plays of a group reset with the group's seed).
+  starts = {(g, p): Start(groups[g].code, groups[g].seed)
+            for g in range(len(groups)) for p in range(plays)}
+  t0 = time.perf_counter()
+  first: dict[int, str] = {}  # group -> first observation
+  sandbox_ids: dict[int, int] = {}  # episode index -> sandbox episode id
+  for r in pool.start_many(starts):
+    g, p = r.key
+    idx = g * plays + p
+    if r.ok:
+      first.setdefault(g, r.observation)
+      sandbox_ids[idx] = r.episode
+    else:
+      episodes[idx].end, episodes[idx].status = "start_failed", r.status.value
+  timing.env_wait_s += time.perf_counter() - t0
+  # A group whose instance fails to start for some plays is dropped whole (it is one instance).
+  good = [g for g in range(len(groups)) if all(g * plays + p in sandbox_ids for p in range(plays))]
+  for g in set(range(len(groups))) - set(good):
+    for p in range(plays):
+      idx = g * plays + p
+      episodes[idx].end = episodes[idx].end or "start_failed"
+  pool.end_many([sandbox_ids.pop(i) for i in list(sandbox_ids) if i // plays not in good])
+
+  cohorts = [c for c in (_Cohort(good[0::2], plays), _Cohort(good[1::2], plays)) if c.group_ids]
+  step_seed = 0
+
+  def idx_of(cohort, row):
+    g = cohort.rows[row]
+    return g * plays + row % plays
+
+  def sample(cohort: _Cohort, new_tokens):
+    nonlocal step_seed
+    t = time.perf_counter()
+    if cohort.conv is None:
+      prompts_ = []
+      for g in cohort.group_ids:
+        start = tok_lib.start(tokenizer, prompts.agent_first_turn(first[g], groups[g].hint))
+        prompts_.append(list(start.tokens))
+        for p in range(plays):
+          e = episodes[g * plays + p]
+          e.tokens, e.mask, e.logp = list(start.tokens), list(start.mask), [0.0] * len(start)
+      cohort.conv, out = sampler.start(params, prompts_, settings, seed * 1000 + step_seed,
+                                       num_samples=plays)
+      cohort.live = set(range(len(cohort.rows)))
+    else:
+      cohort.conv, out = sampler.extend(params, cohort.conv, new_tokens, settings,
+                                        seed * 1000 + step_seed)
+    step_seed += 1
+    timing.sample_s += time.perf_counter() - t
+    lists, lps = out.token_lists(), np.asarray(out.logprobs)
+    actions = {}
+    for row in cohort.live:
+      e = episodes[idx_of(cohort, row)]
+      toks = lists[row]
+      e.tokens += toks
+      e.mask += [1] * len(toks)
+      e.logp += [float(x) for x in lps[row, :len(toks)]]
+      e.turns += 1
+      timing.tokens += len(toks)
+      cohort.last_turn[row] = toks
+      actions[sandbox_ids[idx_of(cohort, row)]] = prompts.agent_action(tokenizer.decode(toks))
+    return actions
+
+  def finish(e: Episode, how: str, ret: float, status: str = "OK"):
+    e.end, e.ret, e.status = how, ret, status
+
+  pending = {}  # cohort index -> actions submitted
+  for ci, c in enumerate(cohorts):
+    pending[ci] = sample(c, None)
+    pool.submit_steps(pending[ci])
+  while any(c.live for c in cohorts):
+    for ci, c in enumerate(cohorts):
+      if not c.live:
+        continue
+      row_of = {sandbox_ids[idx_of(c, row)]: row for row in c.live}
+      replies = {}
+      t = time.perf_counter()
+      while len(replies) < len(pending[ci]):
+        for r in pool.wait(list(set(pending[ci]) - set(replies))):
+          replies[r.episode] = r
+      timing.env_wait_s += time.perf_counter() - t
+      new_tokens: list[list[int] | None] = [None] * len(c.rows)
+      ended = []
+      for sid, r in replies.items():
+        row = row_of[sid]
+        e = episodes[idx_of(c, row)]
+        if r.status is not Status.OK:
+          finish(e, "crash", -1.0, r.status.value)
+        elif r.terminated:
+          finish(e, "terminated", outcome(r.status, r.reward, True))
+          e.won = r.reward >= 1.0
+        elif r.truncated:
+          finish(e, "truncated", 0.0)
+        else:
+          nxt = tok_lib.user_turn_tokens(tokenizer, r.observation, c.last_turn[row])
+          if e.turns >= limits.max_turns:
+            finish(e, "max_turns", 0.0)
+            ended.append(sid)
+          elif len(e.tokens) + len(nxt) + settings.max_new_tokens > limits.context:
+            finish(e, "context", 0.0)
+            ended.append(sid)
+          else:
+            e.tokens += nxt
+            e.mask += [0] * len(nxt)
+            e.logp += [0.0] * len(nxt)
+            new_tokens[row] = nxt
+            continue
+        c.live.discard(row)
+      pool.end_many(ended)  # episodes the environment did not end itself
+      if c.live:
+        pending[ci] = sample(c, new_tokens)
+        pool.submit_steps(pending[ci])
+      else:
+        pending[ci] = {}
+  return episodes, timing
