@@ -1,0 +1,116 @@
+"""Sampler benchmark: `python -m spade_jax.bench sampler --model smollm2-135m --batch 8 ...`.
+
+Prints one JSON line per (batch, capacity): steady-state `tokens_per_s` (compile excluded),
+`compile_s`, and with `--compare_transformers` the tokens/s of transformers' `generate` on the
+same weights, prompts and sampling settings (torch CPU, float32), measured in the same run, and the
+ratio. Every row generates exactly `--new_tokens` tokens (EOS ignored) with the agent's settings
+(T 0.6, top-p 0.95, top-k 20). Batches and capacities take comma-separated lists, e.g.
+`--batch 1,8,32 --capacity 256,2048`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import jax
+import numpy as np
+
+from spade_jax import loading
+from spade_jax import sampling
+from spade_jax import sharding
+
+
+def _ints(text: str) -> list[int]:
+  return [int(x) for x in text.split(",") if x]
+
+
+def _prompts(batch: int, prompt_len: int, vocab: int, seed: int) -> np.ndarray:
+  # Token ids well inside the vocabulary, away from the special tokens at the start.
+  return np.random.default_rng(seed).integers(100, vocab - 1, (batch, prompt_len), np.int64)
+
+
+def _hf_model(spec: str):
+  import torch
+  from transformers import AutoModelForCausalLM
+
+  from spade_jax import gguf_io
+
+  if spec not in gguf_io.EMBEDDED:
+    raise SystemExit("--compare_transformers needs an embedded model spec (e.g. smollm2-135m)")
+  path = gguf_io.embedded_gguf_path(spec)
+  m = AutoModelForCausalLM.from_pretrained(os.path.dirname(path),
+                                           gguf_file=os.path.basename(path), dtype=torch.float32)
+  return m.eval()
+
+
+def _hf_tokens_per_s(hf, prompts: np.ndarray, new_tokens: int, settings: sampling.Settings,
+                     repeats: int) -> float:
+  import torch
+
+  ids = torch.as_tensor(prompts)
+  kw = dict(attention_mask=torch.ones_like(ids), do_sample=True, temperature=settings.temperature,
+            top_p=settings.top_p, top_k=settings.top_k, max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens, pad_token_id=0)
+  with torch.inference_mode():
+    hf.generate(ids, **{**kw, "max_new_tokens": 2, "min_new_tokens": 2})  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+      t = time.perf_counter()
+      out = hf.generate(ids, **kw)
+      best = min(best, time.perf_counter() - t)
+  assert out.shape[1] == prompts.shape[1] + new_tokens, out.shape
+  return prompts.shape[0] * new_tokens / best
+
+
+def main(argv) -> None:
+  p = argparse.ArgumentParser(prog="python -m spade_jax.bench sampler", description=__doc__)
+  p.add_argument("--model", default="smollm2-135m")
+  p.add_argument("--batch", default="8", help="comma-separated batch sizes")
+  p.add_argument("--prompt_len", type=int, default=64)
+  p.add_argument("--new_tokens", type=int, default=128)
+  p.add_argument("--capacity", default="", help="comma-separated cache capacities (default: "
+                 "the smallest bucket that fits)")
+  p.add_argument("--num_samples", type=int, default=1,
+                 help="completions per prompt (batch = prompts x num_samples)")
+  p.add_argument("--repeats", type=int, default=2, help="timed runs; the best is reported")
+  p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+  p.add_argument("--compare_transformers", action="store_true")
+  a = p.parse_args(argv)
+
+  mesh = sharding.make_mesh({"data": -1}, jax.devices()[:1])
+  loaded = loading.load_model(a.model, mesh, dtype=a.dtype, tokenizer=False)
+  sampler = sampling.Sampler(loaded.cfg, mesh)
+  settings = sampling.Settings(max_new_tokens=a.new_tokens, temperature=0.6, top_k=20,
+                               top_p=0.95, ignore_eos=True)
+  hf = _hf_model(a.model) if a.compare_transformers else None
+  for batch in _ints(a.batch):
+    if batch % a.num_samples:
+      raise SystemExit(f"batch {batch} is not a multiple of num_samples {a.num_samples}")
+    prompts = _prompts(batch // a.num_samples, a.prompt_len, loaded.cfg.vocab_size, 0)
+    hf_tps = None
+    if hf is not None:
+      hf_tps = _hf_tokens_per_s(hf, np.repeat(prompts, a.num_samples, 0), a.new_tokens, settings,
+                                a.repeats)
+    for capacity in _ints(a.capacity) or [None]:
+      def run(seed):
+        t = time.perf_counter()
+        out = sampler.generate(loaded.params, prompts.tolist(), settings, seed, a.num_samples,
+                               capacity)
+        dt = time.perf_counter() - t
+        assert (out.lengths == a.new_tokens).all(), out.lengths
+        return dt
+
+      first = run(0)
+      steady = min(run(1 + r) for r in range(a.repeats))
+      tps = batch * a.new_tokens / steady
+      row = dict(model=a.model, device=jax.devices()[0].device_kind, batch=batch,
+                 prompt_len=a.prompt_len, new_tokens=a.new_tokens, num_samples=a.num_samples,
+                 capacity=capacity or "auto", dtype=a.dtype, tokens_per_s=round(tps, 1),
+                 step_ms=round(1000 * steady / a.new_tokens, 2),
+                 compile_s=round(first - steady, 2))
+      if hf_tps is not None:
+        row.update(transformers_tokens_per_s=round(hf_tps, 1), ratio=round(tps / hf_tps, 2))
+      print(json.dumps(row), flush=True)

@@ -1,0 +1,121 @@
+"""The KV cache of a batch of conversations, and the bucketed shapes it lives in.
+
+The cache holds every layer's keys and values for `S` slots per row. All rows share one write
+pointer (`length`): a chunk of `C` tokens goes to slots [length, length + C) of every row, so a
+write is one `dynamic_update_slice` rather than a per-row scatter. Rows that have nothing to say
+(padding, a row that already stopped) write into their slot anyway but mark it invalid in
+`valid_BS`, and their logical position `pos_B` does not advance. Rotary embeddings use the logical
+position, never the slot index, so a gap of invalid slots changes nothing but the order of a few
+float sums; `repack` closes the gaps between turns (and drops rows whose episode ended).
+
+Shapes come from a small ladder of buckets so that only a few programs are ever compiled.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding
+
+from spade_jax import model as model_lib
+from spade_jax import sharding as sharding_lib
+
+CACHE_AXES = ("layers", "batch", "cache_len", "kv_heads", "head_dim")
+
+
+class Cache(NamedTuple):
+  k_LBSKD: jax.Array
+  v_LBSKD: jax.Array
+  valid_BS: jax.Array  # bool: slot s of row b holds one of that row's tokens
+  length: jax.Array  # int32 []: slots in use; the next chunk is written here
+  pos_B: jax.Array  # int32 [B]: logical position of the row's next token (= its valid slots)
+
+
+def ladder(limit: int, minimum: int = 16) -> tuple[int, ...]:
+  """Bucket sizes up to `limit`: powers of two, plus 1.5x powers of two from 384 up.
+
+  The 1.5x steps keep the waste of a bucket (padding, attention over unused slots) under 50% at
+  the sizes where it costs the most.
+  """
+  out, p = [], minimum
+  while p < limit:
+    out.append(p)
+    if p >= 256 and p * 3 // 2 < limit:
+      out.append(p * 3 // 2)
+    p *= 2
+  out.append(p)
+  return tuple(sorted(set(out)))
+
+
+def bucket(n: int, minimum: int = 16) -> int:
+  """The smallest ladder size >= n."""
+  return next(b for b in ladder(max(n, minimum), minimum) if b >= n)
+
+
+def batch_bucket(n: int, multiple: int = 1) -> int:
+  """Power of two >= n, rounded up to a multiple of the devices the batch is split over."""
+  b = 1 << max(0, (n - 1).bit_length())
+  return -(-b // multiple) * multiple
+
+
+def batch_multiple(mesh: Mesh, rules) -> int:
+  """How many ways the batch dim is split: the product of the mesh axes of the "batch" rule."""
+  return math.prod(mesh.shape[a] for a in rules["batch"])
+
+
+def _cache_rules(rules):
+  return {**rules, "cache_len": ()}
+
+
+def shardings(cfg: model_lib.ModelConfig, mesh: Mesh, rules, B: int, S: int) -> Cache:
+  """NamedShardings of a cache: batch over the batch rule, kv heads over the kv_heads rule."""
+  shape = (cfg.n_layers, B, S, cfg.n_kv_heads, cfg.head_dim)
+  kv = NamedSharding(mesh, sharding_lib.spec_for(CACHE_AXES, _cache_rules(rules), shape, mesh,
+                                                 "kv cache"))
+  return Cache(kv, kv, sharding_lib.batch_sharding(mesh, rules, 2), sharding_lib.replicated(mesh),
+               sharding_lib.batch_sharding(mesh, rules, 1))
+
+
+def constrain(cache: Cache, cache_sh: Cache | None) -> Cache:
+  if cache_sh is None:
+    return cache
+  return Cache(*(jax.lax.with_sharding_constraint(x, s) for x, s in zip(cache, cache_sh)))
+
+
+def empty(cfg: model_lib.ModelConfig, B: int, S: int) -> Cache:
+  """An empty cache (inside jit, so XLA allocates it directly in place)."""
+  shape = (cfg.n_layers, B, S, cfg.n_kv_heads, cfg.head_dim)
+  dt = jnp.dtype(cfg.dtype)
+  return Cache(jnp.zeros(shape, dt), jnp.zeros(shape, dt), jnp.zeros((B, S), bool),
+               jnp.zeros((), jnp.int32), jnp.zeros((B,), jnp.int32))
+
+
+def repack(cache: Cache, rows_B, keep_B, S: int) -> Cache:
+  """Gathers rows `rows_B` of `cache` into a cache of capacity S, valid slots packed at the end.
+
+  Each kept row's valid slots move, in order, to [m - count_b, m) with m = max kept count, so the
+  shared write pointer becomes m and no gaps remain. Rows with keep_B False come out empty.
+  Requires m <= S (the caller knows every row's count).
+  """
+  valid = cache.valid_BS[rows_B] & keep_B[:, None]
+  count_B = valid.sum(-1).astype(jnp.int32)
+  m = count_B.max()
+  S_old = valid.shape[1]
+  # Stable order with the valid slots first: src_BS[b, r] is the slot of row b's r-th token.
+  src_BS = jnp.argsort(~valid, axis=-1, stable=True).astype(jnp.int32)
+  rank_BS = jnp.arange(S, dtype=jnp.int32)[None, :] - (m - count_B)[:, None]
+  new_valid = (rank_BS >= 0) & (rank_BS < count_B[:, None])
+  gather_BS = jnp.take_along_axis(src_BS, jnp.clip(rank_BS, 0, S_old - 1), axis=-1)
+
+  def move(kv_LBSKD):
+    kv = kv_LBSKD[:, rows_B]
+    idx = jnp.broadcast_to(gather_BS[None, :, :, None, None], (kv.shape[0],) + gather_BS.shape +
+                           (1, 1))
+    return jnp.where(new_valid[None, :, :, None, None],
+                     jnp.take_along_axis(kv, idx, axis=2), jnp.zeros((), kv.dtype))
+
+  return Cache(move(cache.k_LBSKD), move(cache.v_LBSKD), new_valid, m,
+               jnp.where(keep_B, cache.pos_B[rows_B], 0))

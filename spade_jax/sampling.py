@@ -1,0 +1,306 @@
+"""Batched sampling for both SPADE roles: one-shot generation and multi-turn conversations.
+
+Public API (host side; all device work happens in two jitted programs):
+
+  sampler = Sampler.for_model(loaded)                   # or Sampler(cfg, mesh, eos_ids=...)
+  out = sampler.generate(params, prompts, settings, seed, num_samples=G)
+  conv, out = sampler.start(params, prompts, settings, seed, num_samples=G)
+  conv, out = sampler.extend(params, conv, new_tokens, settings, seed)
+
+`prompts` are token-id lists; conversation i * G + g is sample g of prompt i (the G samples share
+one prefill). `extend` continues every conversation whose entry in `new_tokens` is a token list
+(the observation / user-turn tokens to append, e.g. `tokenizer.user_turn_tokens`) and drops, for
+good, those whose entry is None: their cache rows are compacted away so an ended episode costs
+nothing. Only the new tokens are prefilled; the turn's final sampled token is fed first. An
+`Output` has one row per conversation: tokens, log-probs (see `logprobs.py`), lengths and finish
+reasons; rows not continued in a call have length 0 and reason "none".
+
+Shapes are bucketed (batch: powers of two; prompt chunk and cache capacity: `kv_cache.ladder`),
+so a second call of the same bucket reuses the compiled program. `extend` donates the previous
+cache: a `Conversations` value must not be used twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Mapping, NamedTuple, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from spade_jax import decode
+from spade_jax import kv_cache
+from spade_jax import model as model_lib
+from spade_jax import sharding as sharding_lib
+from spade_jax.kv_cache import Cache
+
+FINISH_REASONS = decode.FINISH_REASONS
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """How to sample. temperature 0 = greedy; top_k 0 and top_p 1 switch those cuts off."""
+
+  max_new_tokens: int = 256
+  temperature: float = 0.6
+  top_k: int = 20
+  top_p: float = 0.95
+  ignore_eos: bool = False  # benchmarks: always produce max_new_tokens
+
+  def __post_init__(self):
+    if self.max_new_tokens <= 0:
+      raise ValueError(f"max_new_tokens must be positive, got {self.max_new_tokens}")
+    if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
+      raise ValueError(f"need temperature >= 0, top_k >= 0, 0 < top_p <= 1; got {self}")
+
+
+GREEDY = Settings(temperature=0.0, top_k=0, top_p=1.0)
+
+
+class Output(NamedTuple):
+  tokens: np.ndarray  # int32 [N, max_new_tokens], 0 past each row's length
+  logprobs: np.ndarray  # float32 [N, max_new_tokens], 0 past each row's length
+  lengths: np.ndarray  # int32 [N]
+  finish: np.ndarray  # int32 [N], index into FINISH_REASONS
+
+  def token_lists(self) -> list[list[int]]:
+    return [row[:n].tolist() for row, n in zip(self.tokens, self.lengths)]
+
+  def finish_reasons(self) -> list[str]:
+    return [FINISH_REASONS[int(f)] for f in self.finish]
+
+
+@dataclasses.dataclass
+class Conversations:
+  """A batch of conversations whose context lives in a device KV cache."""
+
+  cache: Cache
+  rows: np.ndarray  # [B] conversation index held by each cache row, -1 for an empty row
+  last: np.ndarray  # [N] last sampled token of each conversation (not yet in the cache)
+  pos: np.ndarray  # [N] tokens of each conversation in the cache
+  alive: np.ndarray  # [N] bool: still held in the cache
+
+  @property
+  def num(self) -> int:
+    return len(self.last)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+  """The static shape of a sampling batch on the mesh (hashable: a jit static argument)."""
+
+  cfg: model_lib.ModelConfig
+  mesh: Mesh
+  rules: tuple[tuple[str, tuple[str, ...]], ...]
+  B: int  # rows
+  S: int  # cache capacity
+
+  def cache_sh(self, B: int | None = None, S: int | None = None) -> Cache:
+    return kv_cache.shardings(self.cfg, self.mesh, dict(self.rules), B or self.B, S or self.S)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Decoding:
+  """The static part of the sampling settings."""
+
+  max_new: int
+  top_k: int
+  greedy: bool
+  eos_ids: tuple[int, ...]
+  stop_ids: tuple[int, ...]
+
+
+# Three programs per call: weights for the decode loop, a prefill (keyed on the chunk's shape),
+# and the decode loop (keyed only on the batch and capacity buckets, so a new prompt or
+# observation length never recompiles the expensive part).
+_prepare = jax.jit(decode.prepare, static_argnames=("cfg",))
+
+
+@functools.partial(jax.jit, static_argnames=("layout",))
+def _start_prefill(params, tokens_BC, valid_BC, rows_B, keep_B, layout: _Layout):
+  """Prefills the distinct prompts into a chunk-sized cache, then fans out to the G rows each."""
+  Bp, C = tokens_BC.shape
+  cache = kv_cache.constrain(kv_cache.empty(layout.cfg, Bp, C), layout.cache_sh(Bp, C))
+  logits_BV, cache = decode.prefill_chunk(params, cache, tokens_BC, valid_BC, layout.cfg, C)
+  # The G samples of a prompt are copies of its prefilled rows.
+  cache = kv_cache.constrain(kv_cache.repack(cache, rows_B, keep_B, layout.S), layout.cache_sh())
+  return cache, logits_BV[rows_B]
+
+
+@functools.partial(jax.jit, static_argnames=("layout", "span"))
+def _extend_prefill(params, cache, tokens_BC, valid_BC, rows_B, keep_B, layout: _Layout,
+                    span: int):
+  """Compacts the kept rows (closing the gaps) and prefills only the new chunk."""
+  cache = kv_cache.constrain(kv_cache.repack(cache, rows_B, keep_B, layout.S), layout.cache_sh())
+  logits_BV, cache = decode.prefill_chunk(params, cache, tokens_BC, valid_BC, layout.cfg, span)
+  return kv_cache.constrain(cache, layout.cache_sh()), logits_BV
+
+
+@functools.partial(jax.jit, static_argnames=("layout", "dec"), donate_argnames=("cache",))
+def _decode(w, cache, logits_BV, keep_B, sp, layout: _Layout, dec: _Decoding):
+  spans = tuple(s for s in kv_cache.ladder(layout.S, 64) if s < layout.S) + (layout.S,)
+  s = decode.decode_loop(w, cache, logits_BV, keep_B, sp, layout.cfg, max_new=dec.max_new,
+                         top_k=dec.top_k, greedy=dec.greedy, eos_ids=dec.eos_ids,
+                         stop_ids=dec.stop_ids, spans=spans, cache_sh=layout.cache_sh())
+  return s.cache, (s.tokens_BN, s.logp_BN, s.n_B, s.finish_B, s.last_B)
+
+
+def _left_pad(seqs: Sequence[Sequence[int]], B: int, C: int, pad_id: int):
+  tokens = np.full((B, C), pad_id, np.int32)
+  valid = np.zeros((B, C), bool)
+  for b, s in enumerate(seqs):
+    if len(s):
+      tokens[b, C - len(s):] = s
+      valid[b, C - len(s):] = True
+  return tokens, valid
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampler:
+  """Samples from one model on one mesh. Stateless: the cache travels in `Conversations`."""
+
+  cfg: model_lib.ModelConfig
+  mesh: Mesh
+  rules: Mapping[str, tuple[str, ...]] = dataclasses.field(
+      default_factory=lambda: dict(sharding_lib.DEFAULT_RULES))
+  eos_ids: tuple[int, ...] = ()  # finish reason "eos"
+  stop_ids: tuple[int, ...] = ()  # finish reason "stop" (e.g. end-of-turn markers)
+  pad_id: int = 0
+  min_capacity: int = 64
+
+  @classmethod
+  def for_model(cls, loaded, mesh: Mesh | None = None, rules=None) -> "Sampler":
+    """A sampler for `loading.load_model(...)`'s result: stops from its tokenizer, its mesh."""
+    from spade_jax import tokenizer as tok_lib
+
+    leaf = jax.tree.leaves(loaded.params)[0]
+    mesh = mesh or leaf.sharding.mesh
+    eos, stops = (), ()
+    if loaded.tokenizer is not None:
+      eos_id = loaded.tokenizer.eos_token_id
+      eos = () if eos_id is None else (int(eos_id),)
+      stops = tuple(i for i in tok_lib.stop_token_ids(loaded.tokenizer) if i not in eos)
+    return cls(loaded.cfg, mesh, dict(rules or sharding_lib.DEFAULT_RULES), eos, stops)
+
+  # -- helpers ---------------------------------------------------------------------------------
+
+  def _layout(self, B: int, S: int) -> _Layout:
+    return _Layout(self.cfg, self.mesh, tuple(sorted((k, tuple(v)) for k, v in self.rules.items())),
+                   B, S)
+
+  def _decoding(self, settings: Settings) -> _Decoding:
+    eos = () if settings.ignore_eos else tuple(self.eos_ids)
+    stop = () if settings.ignore_eos else tuple(self.stop_ids)
+    return _Decoding(settings.max_new_tokens, settings.top_k, settings.temperature == 0, eos, stop)
+
+  def _run_decode(self, params, cache, logits_BV, rows, settings, seed, layout):
+    return _decode(_prepare(params, cfg=self.cfg), cache, logits_BV, self._put(rows >= 0),
+                   self._params(rows, settings, seed), layout=layout,
+                   dec=self._decoding(settings))
+
+  def _capacity(self, need: int, capacity: int | None) -> int:
+    if need > self.cfg.max_seq_len:
+      raise ValueError(f"context of {need} tokens exceeds the model's {self.cfg.max_seq_len}")
+    if capacity is None:
+      return kv_cache.bucket(need, self.min_capacity)
+    if capacity < need:
+      raise ValueError(f"capacity {capacity} is below the {need} slots this call needs")
+    return capacity
+
+  def _put(self, x, ndim_batch=True):
+    sh = (sharding_lib.batch_sharding(self.mesh, self.rules, np.ndim(x)) if ndim_batch
+          else sharding_lib.replicated(self.mesh))
+    return jax.device_put(x, sh)
+
+  def _params(self, rows, settings: Settings, seed: int) -> decode.SampleParams:
+    B = len(rows)
+    return decode.SampleParams(
+        self._put(np.full((B,), settings.temperature, np.float32)),
+        self._put(np.full((B,), settings.top_p, np.float32)),
+        self._put(np.maximum(rows, 0).astype(np.int32)),
+        self._put(np.asarray(seed, np.int32), ndim_batch=False))
+
+  def _finish(self, out, rows, N, last, pos, alive, cache) -> tuple[Conversations, Output]:
+    tokens_BN, logp_BN, n_B, finish_B, last_B = jax.device_get(out)
+    M = tokens_BN.shape[1]
+    res = Output(np.zeros((N, M), np.int32), np.zeros((N, M), np.float32),
+                 np.zeros((N,), np.int32), np.zeros((N,), np.int32))
+    real = rows >= 0
+    idx = rows[real]
+    res.tokens[idx], res.logprobs[idx] = tokens_BN[real], logp_BN[real]
+    res.lengths[idx], res.finish[idx] = n_B[real], finish_B[real]
+    last = last.copy()
+    last[idx] = last_B[real]
+    # Fed this call: everything sampled except the last token, which waits for the next chunk.
+    pos = pos.copy()
+    pos[idx] += n_B[real] - 1
+    return Conversations(cache, rows, last, pos, alive), res
+
+  # -- public ----------------------------------------------------------------------------------
+
+  def start(self, params, prompts: Sequence[Sequence[int]], settings: Settings, seed: int,
+            num_samples: int = 1, capacity: int | None = None) -> tuple[Conversations, Output]:
+    """Prefills each prompt once and samples `num_samples` continuations of each."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+      raise ValueError("every prompt needs at least one token")
+    n, G = len(prompts), num_samples
+    N = n * G
+    mult = kv_cache.batch_multiple(self.mesh, self.rules)
+    Bp, B = kv_cache.batch_bucket(n, mult), kv_cache.batch_bucket(N, mult)
+    longest = max(len(p) for p in prompts)
+    C = kv_cache.bucket(longest)
+    S = self._capacity(longest + settings.max_new_tokens, capacity)
+    tokens, valid = _left_pad(prompts, Bp, C, self.pad_id)
+    rows = np.full((B,), -1, np.int64)
+    rows[:N] = np.arange(N)
+    layout = self._layout(B, S)
+    cache, logits = _start_prefill(
+        params, self._put(tokens), self._put(valid),
+        self._put(np.where(rows >= 0, rows // G, 0).astype(np.int32)), self._put(rows >= 0),
+        layout=layout)
+    cache, out = self._run_decode(params, cache, logits, rows, settings, seed, layout)
+    pos = np.repeat(np.asarray([len(p) for p in prompts]), G)
+    return self._finish(out, rows, N, np.zeros(N, np.int32), pos, np.ones(N, bool), cache)
+
+  def extend(self, params, conv: Conversations, new_tokens: Sequence[Sequence[int] | None],
+             settings: Settings, seed: int, capacity: int | None = None
+             ) -> tuple[Conversations, Output]:
+    """Appends new_tokens[i] to conversation i and samples its next turn; None ends it."""
+    if len(new_tokens) != conv.num:
+      raise ValueError(f"new_tokens has {len(new_tokens)} entries for {conv.num} conversations")
+    keep = np.asarray([t is not None for t in new_tokens])
+    if (keep & ~conv.alive).any():
+      raise ValueError(f"conversations {np.flatnonzero(keep & ~conv.alive).tolist()} ended "
+                       "earlier and cannot be continued")
+    ids = np.flatnonzero(keep)
+    if not len(ids):
+      raise ValueError("no conversation to continue")
+    mult = kv_cache.batch_multiple(self.mesh, self.rules)
+    B = kv_cache.batch_bucket(len(ids), mult)
+    slot_of = {int(c): b for b, c in enumerate(conv.rows) if c >= 0}
+    rows_old = np.zeros((B,), np.int32)
+    rows_old[:len(ids)] = [slot_of[int(c)] for c in ids]
+    chunks = [[int(conv.last[c])] + [int(t) for t in new_tokens[c]] for c in ids]
+    longest = max(len(c) for c in chunks)
+    C = kv_cache.bucket(longest)
+    m = int(conv.pos[ids].max())
+    S = self._capacity(m + C + settings.max_new_tokens - 1, capacity)
+    chunk_span = min(kv_cache.bucket(m + C), S)
+    tokens, valid = _left_pad(chunks, B, C, self.pad_id)
+    rows = np.full((B,), -1, np.int64)
+    rows[:len(ids)] = ids
+    layout = self._layout(B, S)
+    cache, logits = _extend_prefill(params, conv.cache, self._put(tokens), self._put(valid),
+                                    self._put(rows_old), self._put(rows >= 0), layout=layout,
+                                    span=chunk_span)
+    cache, out = self._run_decode(params, cache, logits, rows, settings, seed, layout)
+    pos = conv.pos.copy()
+    pos[ids] += [len(c) for c in chunks]
+    return self._finish(out, rows, conv.num, conv.last, pos, keep, cache)
+
+  def generate(self, params, prompts: Sequence[Sequence[int]], settings: Settings, seed: int,
+               num_samples: int = 1, capacity: int | None = None) -> Output:
+    """One-shot sampling (designer programs, hints, evaluation)."""
+    return self.start(params, prompts, settings, seed, num_samples, capacity)[1]

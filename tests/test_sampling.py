@@ -1,0 +1,163 @@
+"""Sampler invariants: greedy = teacher-forced argmax, cached log-probs = full-forward log-probs,
+continuation through the cache = re-running from scratch, sharded = single device, stop
+handling, and no recompilation within a bucket. The tiny preset everywhere except the
+transformers parity test."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spade_jax import loading
+from spade_jax import logprobs
+from spade_jax import model as model_lib
+from spade_jax import sampling
+from spade_jax import sharding
+
+SAMPLED = sampling.Settings(max_new_tokens=10, temperature=0.8, top_k=40, top_p=0.9)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+  return loading.load_model("random:tiny", seed=3)
+
+
+def _sampler(loaded, mesh=None, **kw):
+  mesh = mesh or sharding.make_mesh({"data": -1}, jax.devices()[:1])
+  return sampling.Sampler(loaded.cfg, mesh, **kw)
+
+
+def _prompts(lengths, seed=0, vocab=256):
+  rng = np.random.default_rng(seed)
+  return [rng.integers(2, vocab, n).tolist() for n in lengths]
+
+
+def _full_forward_check(loaded, prompts, out, temperature):
+  """Each sampled row against one uncached forward over prompt + completion."""
+  for p, toks, lp in zip(prompts, out.token_lists(), out.logprobs):
+    seq = jnp.asarray([p + toks])
+    logits = model_lib.forward(loaded.params, seq, loaded.cfg)[:, len(p) - 1:-1]
+    want = logprobs.token_logprobs(logits, seq[:, len(p):], jnp.asarray([temperature]))
+    np.testing.assert_allclose(lp[:len(toks)], want[0], atol=1e-5, rtol=0)
+    if temperature == 0:
+      np.testing.assert_array_equal(toks, np.asarray(jnp.argmax(logits[0], -1)))
+
+
+def test_greedy_is_teacher_forced_argmax_and_logprobs_match(tiny):
+  prompts = _prompts([5, 17, 1, 30])
+  out = _sampler(tiny).generate(tiny.params, prompts, sampling.Settings(12, 0.0, 0, 1.0), seed=0)
+  assert (out.lengths == 12).all() and out.finish_reasons() == ["length"] * 4
+  _full_forward_check(tiny, prompts, out, 0.0)
+
+
+def test_sampled_logprobs_match_full_forward_at_the_row_temperature(tiny):
+  prompts = _prompts([9, 3, 20])
+  out = _sampler(tiny).generate(tiny.params, prompts, SAMPLED, seed=7)
+  _full_forward_check(tiny, prompts, out, SAMPLED.temperature)
+  again = _sampler(tiny).generate(tiny.params, prompts, SAMPLED, seed=7)
+  np.testing.assert_array_equal(out.tokens, again.tokens)  # reproducible from the seed
+
+
+def test_samples_share_a_prefill_and_differ(tiny):
+  prompts = _prompts([6, 11])
+  out = _sampler(tiny).generate(tiny.params, prompts, SAMPLED, seed=1, num_samples=4)
+  assert out.tokens.shape == (8, SAMPLED.max_new_tokens)
+  assert len({tuple(t) for t in out.token_lists()[:4]}) > 1
+  _full_forward_check(tiny, [p for p in prompts for _ in range(4)], out, SAMPLED.temperature)
+  greedy = _sampler(tiny).generate(tiny.params, prompts, sampling.Settings(6, 0.0, 0, 1.0), 0,
+                                   num_samples=3)
+  assert all(greedy.token_lists()[i] == greedy.token_lists()[0] for i in range(3))
+
+
+def test_stop_reasons(tiny):
+  prompts = _prompts([4, 8, 12])
+  settings = sampling.Settings(8, 0.0, 0, 1.0)
+  free = _sampler(tiny).generate(tiny.params, prompts, settings, 0)
+  eos, stop = int(free.tokens[0, 2]), int(free.tokens[1, 4])
+  out = _sampler(tiny, eos_ids=(eos,), stop_ids=(stop,)).generate(tiny.params, prompts, settings,
+                                                                   0)
+  toks = out.token_lists()
+  for row, reason in enumerate(out.finish_reasons()):
+    cut = next((i for i, t in enumerate(free.tokens[row]) if t in (eos, stop)), None)
+    if cut is None:
+      assert reason == "length" and toks[row] == free.token_lists()[row]
+    else:
+      assert toks[row] == free.token_lists()[row][:cut + 1]
+      assert reason == ("eos" if free.tokens[row, cut] == eos else "stop")
+  assert out.finish_reasons()[0] == "eos"
+  ignored = _sampler(tiny, eos_ids=(eos,)).generate(
+      tiny.params, prompts, sampling.Settings(8, 0.0, 0, 1.0, ignore_eos=True), 0)
+  assert (ignored.lengths == 8).all()
+
+
+def test_three_turn_continuation_equals_running_from_scratch(tiny):
+  """Turn t through the cache == sampling from the whole transcript so far, same seed; one
+  conversation ends after the first turn and is compacted away."""
+  sampler = _sampler(tiny, stop_ids=(7,))
+  prompts = _prompts([6, 13, 3, 9], seed=5)
+  observations = [_prompts([4, 1, 9, 2], seed=11), _prompts([2, 7, 1, 5], seed=12)]
+  conv, out = sampler.start(tiny.params, prompts, SAMPLED, seed=100)
+  transcripts = [p + t for p, t in zip(prompts, out.token_lists())]
+  for turn, obs in enumerate(observations, start=1):
+    new = [o if i != 2 else None for i, o in enumerate(obs)]
+    conv, out = sampler.extend(tiny.params, conv, new, SAMPLED, seed=100 + turn)
+    transcripts = [t + o for t, o in zip(transcripts, obs)]
+    scratch = sampler.generate(tiny.params, transcripts, SAMPLED, seed=100 + turn)
+    for i in (0, 1, 3):
+      assert out.token_lists()[i] == scratch.token_lists()[i]
+      np.testing.assert_allclose(out.logprobs[i], scratch.logprobs[i], atol=1e-5, rtol=0)
+      assert out.finish_reasons()[i] == scratch.finish_reasons()[i]
+    assert out.lengths[2] == 0 and out.finish_reasons()[2] == "none"
+    transcripts = [t + k for t, k in zip(transcripts, out.token_lists())]
+  with pytest.raises(ValueError, match="ended"):
+    sampler.extend(tiny.params, conv, [[1]] * 4, SAMPLED, seed=0)
+
+
+def test_sharded_mesh_equals_single_device(tiny):
+  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  sharded = loading.load_model("random:tiny", mesh, seed=3)
+  assert sharded.params["embed"].sharding.spec == jax.sharding.PartitionSpec("tensor", "fsdp")
+  assert len(sharded.params["layers"]["wq"].addressable_shards) == 8
+  np.testing.assert_array_equal(sharded.params["embed"], tiny.params["embed"])
+  prompts = _prompts([5, 9, 2], seed=9)
+  one = _sampler(tiny)
+  many = _sampler(sharded, mesh)
+  c1, o1 = one.start(tiny.params, prompts, SAMPLED, seed=4, num_samples=2)
+  c8, o8 = many.start(sharded.params, prompts, SAMPLED, seed=4, num_samples=2)
+  assert len(c8.cache.k_LBSKD.sharding.device_set) == 8
+  assert not c8.cache.k_LBSKD.sharding.is_fully_replicated
+  np.testing.assert_array_equal(o1.tokens, o8.tokens)
+  np.testing.assert_allclose(o1.logprobs, o8.logprobs, atol=1e-5)
+  obs = _prompts([3, 1, 4, 1, 5, 9], seed=2)
+  _, o1 = one.extend(tiny.params, c1, obs, SAMPLED, seed=5)
+  _, o8 = many.extend(sharded.params, c8, obs, SAMPLED, seed=5)
+  np.testing.assert_array_equal(o1.tokens, o8.tokens)
+  np.testing.assert_allclose(o1.logprobs, o8.logprobs, atol=1e-5)
+
+
+def test_same_bucket_does_not_recompile(tiny):
+  sampler = _sampler(tiny)
+  sampler.generate(tiny.params, _prompts([20, 3]), SAMPLED, seed=0)
+  programs = [sampling._start_prefill, sampling._decode, sampling._prepare]
+  before = [p._cache_size() for p in programs]
+  # Different lengths (same 32-token prompt bucket), batch (same bucket of 2) and seed.
+  sampler.generate(tiny.params, _prompts([31], seed=4) + _prompts([17], seed=5), SAMPLED, seed=9)
+  assert [p._cache_size() for p in programs] == before
+
+
+def test_smollm2_greedy_matches_transformers(smollm2, smollm2_hf):
+  torch = pytest.importorskip("torch")
+  tok = smollm2.tokenizer
+  texts = ["The capital of France is", "def fibonacci(n):",
+           "Here is a list of three fruits:", "In 1969, the first person to walk on the moon"]
+  prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+  sampler = sampling.Sampler.for_model(smollm2)
+  out = sampler.generate(smollm2.params, prompts, sampling.Settings(64, 0.0, 0, 1.0,
+                                                                    ignore_eos=True), 0)
+  T = max(len(p) for p in prompts)
+  ids = torch.tensor([[0] * (T - len(p)) + p for p in prompts])
+  mask = torch.tensor([[0] * (T - len(p)) + [1] * len(p) for p in prompts])
+  with torch.inference_mode():
+    ref = smollm2_hf.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=64,
+                              min_new_tokens=64, pad_token_id=0)[:, T:]
+  np.testing.assert_array_equal(out.tokens, ref.numpy())
