@@ -80,6 +80,7 @@ class ModelGenerator:
     self.tokens_out = 0
     self.device_s = 0.0
     self._calls = 0
+    self._capacity = 0
 
   def _encode(self, prompt: Prompt) -> list[int]:
     from spade_jax import tokenizer as tok_lib
@@ -92,10 +93,16 @@ class ModelGenerator:
     """The adapter to spade_jax.sampling: (tokens, finish reason) per prompt, per sample."""
     from spade_jax import sampling as sampling_lib
 
+    from spade_jax import kv_cache
+
     settings = sampling_lib.Settings(max_new_tokens=max_new, temperature=sampling.temperature,
                                      top_k=sampling.top_k, top_p=sampling.top_p)
+    # The cache capacity only grows during a run: the decode program is compiled per capacity,
+    # and on CPU a compile costs more than decoding a benchmark's prompts at a larger capacity.
+    need = max(len(t) for t in token_lists) + max_new
+    self._capacity = max(self._capacity, kv_cache.bucket(need, self.sampler.min_capacity))
     out = self.sampler.generate(self.loaded.params, token_lists, settings, seed,
-                                num_samples=sampling.n)
+                                num_samples=sampling.n, capacity=self._capacity)
     rows = list(zip(out.token_lists(), out.finish_reasons()))
     return [rows[i * sampling.n:(i + 1) * sampling.n] for i in range(len(token_lists))]
 
