@@ -36,6 +36,7 @@ class Sampling:
   top_k: int = 0
   max_new_tokens: int = 256
   seed: int = 0
+  max_prompt_tokens: int = 0  # longer prompts are not sampled (answer ""); 0: the model's context
 
   def __post_init__(self):
     if self.n < 1 or self.max_new_tokens < 1:
@@ -61,8 +62,9 @@ class EmptyGenerator:
 class ModelGenerator:
   """Chat prompts rendered with the model's own template and sampled with our sampler.
 
-  A prompt longer than the model's context cannot be answered: its completions are "" and it is
-  counted in `overflows` (reported in the summary) instead of aborting the whole evaluation.
+  A prompt longer than the model's context (or than `Sampling.max_prompt_tokens`) is not
+  sampled: its completions are "" and it is counted in `overflows` (reported per benchmark)
+  instead of aborting the whole evaluation.
   Completions that hit `max_new_tokens` are counted in `truncated`.
   """
 
@@ -110,9 +112,10 @@ class ModelGenerator:
     tok = self.loaded.tokenizer
     stops = set(self.sampler.eos_ids) | set(self.sampler.stop_ids)
     limit = self.loaded.cfg.max_seq_len
+    longest_ok = min(limit - 1, sampling.max_prompt_tokens or limit)
     encoded = [self._encode(p) for p in prompts]
     results: list[list[str]] = [[""] * sampling.n for _ in prompts]
-    fits = [i for i, ids in enumerate(encoded) if len(ids) < limit]
+    fits = [i for i, ids in enumerate(encoded) if len(ids) <= longest_ok]
     self.overflows += len(prompts) - len(fits)
     per_batch = max(1, self.max_rows // sampling.n)
     # Similar lengths share a batch: fewer padded slots and fewer compiled shapes.

@@ -59,6 +59,7 @@ def _existing(path: str) -> dict[tuple[str, int], dict]:
 def run_benchmark(bench: Benchmark, gen, proto: Protocol, ctx: Context, path: str) -> dict:
   """Samples and grades one benchmark, appending each graded sample to `path`."""
   t0 = time.perf_counter()
+  overflow0 = getattr(gen, "overflows", 0)
   items = bench.load(ctx)
   if proto.problems is not None:
     items = items[:proto.problems]
@@ -98,7 +99,10 @@ def run_benchmark(bench: Benchmark, gen, proto: Protocol, ctx: Context, path: st
     bar.close()
     writer.close()
   row = stats.summarize({it["id"]: scores[it["id"]] for it in items})
-  return {**row, "status": "ok", "wall_s": round(time.perf_counter() - t0, 2)}
+  row = {**row, "status": "ok", "wall_s": round(time.perf_counter() - t0, 2)}
+  if hasattr(gen, "overflows"):  # prompts the model never saw score 0: say how many
+    row["overflowed_prompts"] = gen.overflows - overflow0
+  return row
 
 
 def _fmt(x: float) -> str:
@@ -118,6 +122,9 @@ def write_summary(out: str, summary: dict) -> None:
       lines.append(f"| {name} | {_fmt(r['score'])} | [{_fmt(lo)}, {_fmt(hi)}] | "
                    f"{_fmt(r['stderr'])} | {r['n']} | {r['problems']} | ok | "
                    f"{r.get('wall_s', '')} |")
+      if r.get("overflowed_prompts"):
+        lines[-1] = lines[-1].replace("| ok |", f"| ok ({r['overflowed_prompts']} prompts over "
+                                      "the prompt limit, not sampled) |")
     else:
       lines.append(f"| {name} | – | – | – | 0 | 0 | {r['status']}: {r['reason']} | "
                    f"{r.get('wall_s', '')} |")

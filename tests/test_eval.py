@@ -209,3 +209,5 @@ def test_model_generator_batches_and_skips_overflowing_prompts(monkeypatch):
   assert out[0] == ["7 13"] * 2 and out[2] == ["7 15"] * 2  # stop token stripped
   assert out[1] == ["", ""] and g.overflows == 1  # 12 tokens do not fit a context of 10
   assert seen == [(2, 5)]  # 4 rows = 2 prompts x 2 samples; budget cut to the context
+  out = g.generate(prompts, Sampling(n=1, max_new_tokens=2, max_prompt_tokens=4))
+  assert out == [["7 13"], [""], [""]] and g.overflows == 3  # 5 tokens are over the limit of 4
