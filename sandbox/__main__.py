@@ -24,6 +24,8 @@ from sandbox.validate import Options, validate_many
 
 def _pool(args) -> Pool:
     limits = dataclasses.replace(Limits(), memory_bytes=args.memory_mb << 20)
+    if args.timeout is not None:
+        limits = dataclasses.replace(limits, load_s=args.timeout, reset_s=args.timeout, step_s=args.timeout)
     require = [r for r in args.require.split(",") if r]
     return Pool(workers=args.workers, limits=limits, require=require)
 
@@ -108,6 +110,8 @@ def main(argv=None) -> int:
     def common(sp, workers=2):
         sp.add_argument("--workers", type=int, default=workers)
         sp.add_argument("--memory-mb", type=int, default=1024, help="address-space limit per episode")
+        sp.add_argument("--timeout", type=float, default=None,
+                        help="deadline in seconds for each load, reset and step (default: Limits)")
         sp.add_argument("--require", default=",".join(DEFAULT_REQUIRE),
                         help="comma-separated protections that must be in force (empty: none)")
 
