@@ -159,3 +159,13 @@ def test_pool_close_leaves_nothing():
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]
     assert not os.path.exists(root)
+
+
+def test_cpu_time_limit_is_a_timeout():
+    limits = dataclasses.replace(LIMITS, cpu_seconds=1, step_s=30)
+    spin = SLEEPY.replace("time.sleep(int(action.strip(\"\\\\boxed{}\") or 0) / 1000)", "while True: pass")
+    assert "while True" in spin
+    with Pool(workers=1, limits=limits) as p:
+        replies = p.play(spin, 0, ["\\boxed{0}"])
+        assert replies[-1].status is Status.TIMEOUT and "CPU" in replies[-1].reason, replies[-1]
+        assert _wait_no_children(p) == []
