@@ -361,6 +361,8 @@ class Pool:
         st = self._end(ep, want_status=True)
         if st is None:
             return self._reply_error(ep, Status.CRASHED, f"{op}: the worker died")
+        if st.get("note"):
+            return self._reply_error(ep, Status.CRASHED, f"{op}: {str(st['note'])[:200]}")
         sig, code = st.get("signal"), st.get("code")
         if sig in (signal.SIGKILL, signal.SIGXCPU) and st.get("cpu_s", 0) >= self.limits.cpu_seconds - 0.5:
             return self._reply_error(ep, Status.TIMEOUT, f"{op}: CPU time limit reached")

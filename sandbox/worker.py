@@ -244,10 +244,10 @@ def main() -> None:
     facts["pid"] = os.getpid()
     try:
         prog = harden.seccomp_program()
-    except OSError as e:
-        prog, facts["seccomp_error"] = None, str(e)
+    except Exception as e:  # noqa: BLE001 - reported by the probe; `require` decides
+        prog, facts["seccomp_error"] = None, f"{type(e).__name__}: {e}"
     sock.sendall(json.dumps({"hello": facts}).encode())
-    children: dict[int, int] = {}  # episode id -> pid (alive or zombie)
+    children: dict[int, int | None] = {}  # episode id -> pid (alive or zombie); None: no fork
     while True:
         req, fds = _recv(sock)
         if req is None:
@@ -256,7 +256,13 @@ def main() -> None:
         if op in ("spawn", "probe"):
             req_fd, rep_fd = fds
             me = os.getpid()
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:  # out of processes or memory: the host sees EOF and asks why
+                os.close(req_fd)
+                os.close(rep_fd)
+                children[ep] = None
+                continue
             if pid == 0:
                 try:
                     sock.close()
@@ -282,7 +288,8 @@ def main() -> None:
 
 def _end(pid: int | None, tmp_dir: str) -> dict:
     if pid is None:
-        return {"code": None, "signal": None, "maxrss_kb": 0, "cpu_s": 0.0}
+        return {"code": None, "signal": None, "maxrss_kb": 0, "cpu_s": 0.0,
+                "note": "the worker could not fork a child for this episode"}
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
