@@ -1,7 +1,8 @@
 """Admission of a generated environment (SPADE.md §2, made stricter).
 
 An environment is admitted only if, within one overall deadline:
-  1. its code loads: it compiles, exactly one `...Env` class is found and instantiates;
+  1. its code loads: it compiles, exactly one `...Env` class is found (a base class and its
+     subclass count as one) and it instantiates, with no arguments or else with max_turns=;
   2. `reset(42)` returns (non-empty str, dict), three probe actions each return a well-typed
      5-tuple (stopping early if done), and `reset(123)` succeeds;
   3. it is deterministic: the same seed and actions give an identical transcript in a second

@@ -3,7 +3,6 @@ leave the host untouched and no process behind, and the pool must keep serving a
 
 import dataclasses
 import os
-import signal
 import socket
 import textwrap
 import time
