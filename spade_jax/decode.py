@@ -81,25 +81,43 @@ def _mask(valid_BS, slot_C, span: int):
           (jnp.arange(span, dtype=jnp.int32)[None, None, :] <= slot_C[None, :, None]))
 
 
-def _layer(p, x, k_all, v_all, l, cos, sin, start, attend, cfg: model_lib.ModelConfig):
+def _attend(q_BCHD, k_BKSD, v_BKSD, mask_BCS):
+  """Grouped-query attention of a chunk over cache slots; float32 softmax, fully masked rows
+  give zeros (as `model.attention`, in the cache's [B, K, S, Dh] layout)."""
+  B, C, H, Dh = q_BCHD.shape
+  K = k_BKSD.shape[1]
+  q = q_BCHD.reshape(B, C, K, H // K, Dh)
+  if C == 1:
+    # Decode: one query per head, so contract the cache rows against q as a batched mat-vec
+    # that reads each (row, head) block of the cache once, in memory order.
+    s = jnp.einsum("bksd,bkgd->bksg", k_BKSD, q[:, 0], preferred_element_type=jnp.float32)
+    s = jnp.swapaxes(s, 2, 3)[:, :, :, None, :]  # [B, K, G, 1, S]
+  else:
+    s = jnp.einsum("bckgd,bksd->bkgcs", q, k_BKSD, preferred_element_type=jnp.float32)
+  m = mask_BCS[:, None, None, :, :]
+  s = jnp.where(m, s * (Dh ** -0.5), -1e30)
+  p = jnp.where(m, jax.nn.softmax(s, axis=-1), 0.0).astype(v_BKSD.dtype)
+  out = jnp.einsum("bkgcs,bksd->bckgd", p, v_BKSD)
+  return out.reshape(B, C, H, Dh)
+
+
+def _layer(p, x, k_BKSD, v_BKSD, cos, sin, start, attend, cfg: model_lib.ModelConfig):
   """One block that writes its chunk's keys/values at slot `start`, then attends via `attend`."""
   h = model_lib.rms_norm(x, p["attn_norm"], cfg.norm_eps)
   q, k, v = model_lib.qkv(p, h, cos, sin, cfg)
   # Write first, then read: the chunk attends to itself through the cache.
-  k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), (l, 0, start, 0, 0))
-  v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), (l, 0, start, 0, 0))
-  x = x + jnp.einsum("bthk,hkd->btd", attend(q, k_all, v_all, l), p["wo"])
+  k_BKSD = jax.lax.dynamic_update_slice(k_BKSD, jnp.swapaxes(k, 1, 2).astype(k_BKSD.dtype),
+                                        (0, 0, start, 0))
+  v_BKSD = jax.lax.dynamic_update_slice(v_BKSD, jnp.swapaxes(v, 1, 2).astype(v_BKSD.dtype),
+                                        (0, 0, start, 0))
+  x = x + jnp.einsum("bthk,hkd->btd", attend(q, k_BKSD, v_BKSD), p["wo"])
   x = x + model_lib.mlp(p, model_lib.rms_norm(x, p["mlp_norm"], cfg.norm_eps))
-  return x, k_all, v_all
+  return x, k_BKSD, v_BKSD
 
 
-def _finish_chunk(w_final_norm, head_DV, x, cache, k_all, v_all, valid_BS, valid_BC, cfg):
-  h = model_lib.rms_norm(x[:, -1], w_final_norm, cfg.norm_eps)
-  logits_BV = jnp.einsum("bd,dv->bv", h, head_DV, preferred_element_type=jnp.float32)
-  C = valid_BC.shape[1]
-  new = Cache(k_all, v_all, valid_BS, cache.length + C,
-              cache.pos_B + valid_BC.astype(jnp.int32).sum(1))
-  return logits_BV, new
+def _logits(final_norm, head_DV, x_BCD, cfg):
+  h = model_lib.rms_norm(x_BCD[:, -1], final_norm, cfg.norm_eps)
+  return jnp.einsum("bd,dv->bv", h, head_DV, preferred_element_type=jnp.float32)
 
 
 def prefill_chunk(params, cache: Cache, tokens_BC, valid_BC, cfg: model_lib.ModelConfig,
@@ -108,34 +126,36 @@ def prefill_chunk(params, cache: Cache, tokens_BC, valid_BC, cfg: model_lib.Mode
 
   Chunks are left-padded (valid_BC False on the pads), so the last slot holds every live row's
   latest token and its logits are the only ones computed. Attention reads slots < span (static;
-  the caller guarantees length + C <= span <= S). Layers run under `lax.scan` on the stacked
-  params, which keeps compile time flat in depth; the per-layer weight copy that costs so much
-  in a decode step is amortised over the chunk here.
+  the caller guarantees length + C <= span <= S). Layers run under `lax.scan` over the stacked
+  params, which keeps compile time flat in depth (the per-layer weight copy that makes scan
+  slow for a decode step is amortised over the chunk here); the scan carries only the live
+  span of each layer's cache, and the chunk's new keys/values are written back after it.
   """
   B, C = tokens_BC.shape
+  start = cache.length
   pos_BC, valid_BS, slot_C = _chunk_inputs(cache, valid_BC)
   mask = _mask(valid_BS, slot_C, span)
   cos, sin = model_lib.rope_tables(pos_BC, cfg.head_dim, cfg.rope_theta)
   p_all = model_lib.cast(params, cfg)
-  K, Dh = cfg.n_kv_heads, cfg.head_dim
+  live_k = jnp.stack([k[:, :, :span] for k in cache.k])
+  live_v = jnp.stack([v[:, :, :span] for v in cache.v])
 
-  def attend(q, k_all, v_all, l):
-    k = jax.lax.dynamic_slice(k_all, (l, 0, 0, 0, 0), (1, B, span, K, Dh))[0]
-    v = jax.lax.dynamic_slice(v_all, (l, 0, 0, 0, 0), (1, B, span, K, Dh))[0]
-    return model_lib.attention(q, k, v, mask)
-
-  def body(carry, xs):
-    x, k_all, v_all = carry
-    p, l = xs
-    return _layer(p, x, k_all, v_all, l, cos, sin, cache.length, attend, cfg), None
+  def body(x, xs):
+    p, k_l, v_l = xs
+    x, k_l, v_l = _layer(p, x, k_l, v_l, cos, sin, start,
+                         lambda q, k, v: _attend(q, k, v, mask), cfg)
+    chunk = lambda a: jax.lax.dynamic_slice_in_dim(a, start, C, axis=2)
+    return x, (chunk(k_l), chunk(v_l))
 
   x = model_lib.embed(p_all, tokens_BC, cfg)
-  (x, k_all, v_all), _ = jax.lax.scan(
-      body, (x, cache.k_LBSKD, cache.v_LBSKD),
-      (p_all["layers"], jnp.arange(cfg.n_layers, dtype=jnp.int32)))
+  x, (new_k, new_v) = jax.lax.scan(body, x, (p_all["layers"], live_k, live_v))
+  write = lambda a, n: jax.lax.dynamic_update_slice(a, n, (0, 0, start, 0))
+  k = tuple(write(a, new_k[l]) for l, a in enumerate(cache.k))
+  v = tuple(write(a, new_v[l]) for l, a in enumerate(cache.v))
   head_DV = p_all["embed"].T if cfg.tie_embeddings else p_all["lm_head"]
-  return _finish_chunk(p_all["final_norm"], head_DV, x, cache, k_all, v_all, valid_BS, valid_BC,
-                       cfg)
+  logits_BV = _logits(p_all["final_norm"], head_DV, x, cfg)
+  return logits_BV, Cache(k, v, valid_BS, start + C,
+                          cache.pos_B + valid_BC.astype(jnp.int32).sum(1))
 
 
 def decode_step(w, cache: Cache, tok_B, live_B, cfg: model_lib.ModelConfig,
@@ -151,25 +171,18 @@ def decode_step(w, cache: Cache, tok_B, live_B, cfg: model_lib.ModelConfig,
   pos_BC, valid_BS, slot_C = _chunk_inputs(cache, live_B[:, None])
   cos, sin = model_lib.rope_tables(pos_BC, cfg.head_dim, cfg.rope_theta)
   which = jnp.sum(jnp.asarray(spans, jnp.int32) < cache.length + 1).astype(jnp.int32)
-
-  def branch(span):
-    def attend(q, k_all, v_all, l):
-      return model_lib.attention(q, k_all[l, :, :span], v_all[l, :, :span],
-                                 _mask(valid_BS, slot_C, span))
-    return attend
-
-  branches = [branch(s) for s in spans]
-
-  def attend(q, k_all, v_all, l):
-    return jax.lax.switch(which, [lambda q, k, v, b=b: b(q, k, v, l) for b in branches],
-                          q, k_all, v_all)
-
-  k_all, v_all = cache.k_LBSKD, cache.v_LBSKD
+  branches = [
+      lambda q, k, v, span=span: _attend(q, k[:, :, :span], v[:, :, :span],
+                                         _mask(valid_BS, slot_C, span))
+      for span in spans]
+  attend = lambda q, k, v: jax.lax.switch(which, branches, q, k, v)
+  ks, vs = list(cache.k), list(cache.v)
   x = jnp.take(w["embed"], tok_B[:, None], axis=0)
   for l, p in enumerate(w["layers"]):
-    x, k_all, v_all = _layer(p, x, k_all, v_all, l, cos, sin, cache.length, attend, cfg)
-  return _finish_chunk(w["final_norm"], w["head_DV"], x, cache, k_all, v_all, valid_BS,
-                       live_B[:, None], cfg)
+    x, ks[l], vs[l] = _layer(p, x, ks[l], vs[l], cos, sin, cache.length, attend, cfg)
+  logits_BV = _logits(w["final_norm"], w["head_DV"], x, cfg)
+  return logits_BV, Cache(tuple(ks), tuple(vs), valid_BS, cache.length + 1,
+                          cache.pos_B + live_B.astype(jnp.int32))
 
 
 def select_tokens(logits_BV, sp: SampleParams, step, top_k: int, greedy: bool):

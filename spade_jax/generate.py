@@ -11,13 +11,11 @@ import sys
 from typing import Sequence
 
 import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
 from spade_jax import config as config_lib
 from spade_jax import loading
-from spade_jax import model as model_lib
+from spade_jax import sampling
 from spade_jax import sharding
 from spade_jax import tokenizer as tok_lib
 
@@ -44,52 +42,17 @@ def validate(c: ml_collections.ConfigDict) -> None:
   config_lib.validate_mesh(c)
 
 
-def _filter_logits(logits_V, temperature, top_k, top_p):
-  """Tempered logits with everything outside top-k / the top-p nucleus set to -inf."""
-  logits_V = logits_V / temperature
-  if top_k:
-    kth = jax.lax.top_k(logits_V, top_k)[0][-1]
-    logits_V = jnp.where(logits_V < kth, -jnp.inf, logits_V)
-  order = jnp.argsort(-logits_V)
-  probs = jax.nn.softmax(logits_V[order])
-  keep_sorted = (jnp.cumsum(probs) - probs) < top_p  # always keeps the top token
-  keep = jnp.zeros_like(keep_sorted).at[order].set(keep_sorted)
-  return jnp.where(keep, logits_V, -jnp.inf)
-
-
-def decode(loaded: loading.Loaded, prompt_ids: Sequence[int], c: ml_collections.ConfigDict,
-           stop_ids: Sequence[int]) -> list[list[int]]:
-  """Uncached decoding: every step re-runs the forward over a fixed-size buffer (one compile)."""
-  cfg, n, T = loaded.cfg, len(prompt_ids), len(prompt_ids) + c.max_new_tokens
-  if T > cfg.max_seq_len:
-    raise ValueError(f"prompt ({n}) + max_new_tokens ({c.max_new_tokens}) exceeds the model's "
-                     f"context of {cfg.max_seq_len} tokens")
-  B = c.num_samples
-
-  @jax.jit
-  def step(params, buf_BT, t, key):
-    logits = model_lib.forward(params, buf_BT, cfg)
-    last_BV = jnp.take(logits, t - 1, axis=1)
-    if c.greedy:
-      return jnp.argmax(last_BV, axis=-1)
-    keys = jax.random.split(key, B)
-    filt = jax.vmap(lambda l: _filter_logits(l, c.temperature, c.top_k, c.top_p))(last_BV)
-    return jax.vmap(jax.random.categorical)(keys, filt)
-
-  buf = np.zeros((B, T), np.int32)
-  buf[:, :n] = prompt_ids
-  done = np.zeros(B, bool)
-  out: list[list[int]] = [[] for _ in range(B)]
-  key = jax.random.key(c.seed)
-  for t in range(n, T):
-    nxt = np.asarray(step(loaded.params, buf, t, jax.random.fold_in(key, t)))
-    for b in np.flatnonzero(~done):
-      out[b].append(int(nxt[b]))
-      done[b] = int(nxt[b]) in stop_ids
-    buf[:, t] = nxt
-    if done.all():
-      break
-  return out
+def decode(loaded: loading.Loaded, mesh, rules, prompt_ids: Sequence[int],
+           c: ml_collections.ConfigDict) -> list[list[int]]:
+  """`num_samples` completions of one prompt with the cached sampler (one shared prefill)."""
+  if len(prompt_ids) + c.max_new_tokens > loaded.cfg.max_seq_len:
+    raise ValueError(f"prompt ({len(prompt_ids)}) + max_new_tokens ({c.max_new_tokens}) exceeds "
+                     f"the model's context of {loaded.cfg.max_seq_len} tokens")
+  sampler = sampling.Sampler.for_model(loaded, mesh, rules)
+  settings = sampling.Settings(c.max_new_tokens, 0.0 if c.greedy else c.temperature,
+                               0 if c.greedy else c.top_k, 1.0 if c.greedy else c.top_p)
+  out = sampler.generate(loaded.params, [list(prompt_ids)], settings, c.seed, c.num_samples)
+  return out.token_lists()
 
 
 def run(c: ml_collections.ConfigDict) -> list[str]:
@@ -104,7 +67,7 @@ def run(c: ml_collections.ConfigDict) -> list[str]:
   else:
     prompt_ids = list(tok(c.prompt)["input_ids"])
   stops = tok_lib.stop_token_ids(tok)
-  completions = decode(loaded, prompt_ids, c, stops)
+  completions = decode(loaded, mesh, c.rules.to_dict(), prompt_ids, c)
   return [tok.decode([t for t in ids if t not in stops]) for ids in completions]
 
 

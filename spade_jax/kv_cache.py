@@ -1,6 +1,8 @@
 """The KV cache of a batch of conversations, and the bucketed shapes it lives in.
 
-The cache holds every layer's keys and values for `S` slots per row. All rows share one write
+The cache holds every layer's keys and values for `S` slots per row, one [B, K, S, Dh] array per
+layer: separate arrays let a decode step update each in place, and with the slots next to the
+head dim a decode step's attention reads each (row, kv head) block contiguously. All rows share one write
 pointer (`length`): a chunk of `C` tokens goes to slots [length, length + C) of every row, so a
 write is one `dynamic_update_slice` rather than a per-row scatter. Rows that have nothing to say
 (padding, a row that already stopped) write into their slot anyway but mark it invalid in
@@ -23,12 +25,12 @@ from jax.sharding import Mesh, NamedSharding
 from spade_jax import model as model_lib
 from spade_jax import sharding as sharding_lib
 
-CACHE_AXES = ("layers", "batch", "cache_len", "kv_heads", "head_dim")
+CACHE_AXES = ("batch", "kv_heads", "cache_len", "head_dim")
 
 
 class Cache(NamedTuple):
-  k_LBSKD: jax.Array
-  v_LBSKD: jax.Array
+  k: tuple[jax.Array, ...]  # L x [B, K, S, Dh]
+  v: tuple[jax.Array, ...]  # L x [B, K, S, Dh]
   valid_BS: jax.Array  # bool: slot s of row b holds one of that row's tokens
   length: jax.Array  # int32 []: slots in use; the next chunk is written here
   pos_B: jax.Array  # int32 [B]: logical position of the row's next token (= its valid slots)
@@ -72,25 +74,27 @@ def _cache_rules(rules):
 
 def shardings(cfg: model_lib.ModelConfig, mesh: Mesh, rules, B: int, S: int) -> Cache:
   """NamedShardings of a cache: batch over the batch rule, kv heads over the kv_heads rule."""
-  shape = (cfg.n_layers, B, S, cfg.n_kv_heads, cfg.head_dim)
+  shape = (B, cfg.n_kv_heads, S, cfg.head_dim)
   kv = NamedSharding(mesh, sharding_lib.spec_for(CACHE_AXES, _cache_rules(rules), shape, mesh,
                                                  "kv cache"))
-  return Cache(kv, kv, sharding_lib.batch_sharding(mesh, rules, 2), sharding_lib.replicated(mesh),
-               sharding_lib.batch_sharding(mesh, rules, 1))
+  per_layer = (kv,) * cfg.n_layers
+  return Cache(per_layer, per_layer, sharding_lib.batch_sharding(mesh, rules, 2),
+               sharding_lib.replicated(mesh), sharding_lib.batch_sharding(mesh, rules, 1))
 
 
 def constrain(cache: Cache, cache_sh: Cache | None) -> Cache:
   if cache_sh is None:
     return cache
-  return Cache(*(jax.lax.with_sharding_constraint(x, s) for x, s in zip(cache, cache_sh)))
+  return jax.lax.with_sharding_constraint(cache, cache_sh)
 
 
 def empty(cfg: model_lib.ModelConfig, B: int, S: int) -> Cache:
   """An empty cache (inside jit, so XLA allocates it directly in place)."""
-  shape = (cfg.n_layers, B, S, cfg.n_kv_heads, cfg.head_dim)
+  shape = (B, cfg.n_kv_heads, S, cfg.head_dim)
   dt = jnp.dtype(cfg.dtype)
-  return Cache(jnp.zeros(shape, dt), jnp.zeros(shape, dt), jnp.zeros((B, S), bool),
-               jnp.zeros((), jnp.int32), jnp.zeros((B,), jnp.int32))
+  kv = tuple(jnp.zeros(shape, dt) for _ in range(cfg.n_layers))
+  return Cache(kv, kv, jnp.zeros((B, S), bool), jnp.zeros((), jnp.int32),
+               jnp.zeros((B,), jnp.int32))
 
 
 def repack(cache: Cache, rows_B, keep_B, S: int) -> Cache:
@@ -110,12 +114,12 @@ def repack(cache: Cache, rows_B, keep_B, S: int) -> Cache:
   new_valid = (rank_BS >= 0) & (rank_BS < count_B[:, None])
   gather_BS = jnp.take_along_axis(src_BS, jnp.clip(rank_BS, 0, S_old - 1), axis=-1)
 
-  def move(kv_LBSKD):
-    kv = kv_LBSKD[:, rows_B]
-    idx = jnp.broadcast_to(gather_BS[None, :, :, None, None], (kv.shape[0],) + gather_BS.shape +
-                           (1, 1))
-    return jnp.where(new_valid[None, :, :, None, None],
-                     jnp.take_along_axis(kv, idx, axis=2), jnp.zeros((), kv.dtype))
+  def move(kv_BKSD):
+    kv = kv_BKSD[rows_B]
+    B, K, _, Dh = kv.shape
+    idx = jnp.broadcast_to(gather_BS[:, None, :, None], (B, K, S, Dh))
+    return jnp.where(new_valid[:, None, :, None], jnp.take_along_axis(kv, idx, axis=2),
+                     jnp.zeros((), kv.dtype))
 
-  return Cache(move(cache.k_LBSKD), move(cache.v_LBSKD), new_valid, m,
+  return Cache(tuple(map(move, cache.k)), tuple(map(move, cache.v)), new_valid, m,
                jnp.where(keep_B, cache.pos_B[rows_B], 0))
