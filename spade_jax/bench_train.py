@@ -83,7 +83,7 @@ def torch_step_fn(spec: str, batch, lcfg: learner_lib.LearnerConfig):
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), lcfg.max_grad_norm)
     opt.step()
-    return float(loss)
+    return float(loss.detach())
 
   return step
 
