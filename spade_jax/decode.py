@@ -1,11 +1,12 @@
-"""The device side of sampling: a cached forward over a chunk, token selection, the decode loop.
+"""The device side of sampling: chunk prefill, the decode step, token selection, the loop.
 
-`forward_chunk` runs the model over a chunk of C new tokens per row (a prompt, an observation, or
-the one token of a decode step), writes their keys/values into the cache and returns the logits
-of the chunk's last position only (prompt logits are never computed). Attention reads only the
-first `span` slots of the cache, a static bucket that covers the live prefix: `decode_loop` runs
-one `lax.while_loop` per span bucket, each leaving as soon as the cache outgrows its span, so the
-cost of a step follows the live length, not the capacity.
+`prefill_chunk` runs the model over a chunk of C new tokens per row (a prompt or an observation),
+writes their keys/values into the cache and returns the logits of the chunk's last position only
+(prompt logits are never computed); its layers run under `lax.scan`. `decode_step` feeds one
+token per row through layers unrolled over per-layer weights (see `prepare` for why), and its
+attention reads only the smallest static span bucket that covers the live prefix, so a step's
+cost follows the live length, not the cache capacity. `decode_loop` is one `lax.while_loop` that
+exits when every row has stopped.
 
 Token selection: logits / T, then top-k (static k) and top-p, then a categorical draw with a key
 folded from (seed, row id, step). The reported log-prob follows `logprobs.token_logprobs`.
