@@ -15,6 +15,7 @@ the same workdir resumes the run.
 
 import ml_collections
 
+from sandbox import pool as sandbox_pool
 from spade_jax import config as config_lib
 
 SKILLS = ("Mathematical_Reasoning", "Logical_Deduction", "Spatial_Reasoning",
@@ -31,6 +32,7 @@ def get_config(arg=None):
   c = ml_collections.ConfigDict()
   c.preset = preset
   c.model = "smollm2-135m"  # SPEC: embedded name, HF directory, .gguf, checkpoint, random:PRESET
+  c.tokenizer = ""  # SPEC to take the tokenizer from; "" = the model's own (random:* need one)
   c.dtype = "float32"  # compute dtype (params and optimizer stay float32)
   c.seed = 0
   c.total_steps = 400  # rollout steps, one optimizer step each
@@ -56,7 +58,8 @@ def get_config(arg=None):
       step_timeout_s=5.0,
       memory_mb=1024,  # address-space limit of one episode process
       workers=2,  # sandbox zygote processes
-      require_isolation="",  # comma-free names of protections that must be active ("" = none)
+      # Protections that must be in force, or the run refuses to start (sandbox/README.md).
+      require=tuple(sandbox_pool.DEFAULT_REQUIRE),
   ))
   c.agent = _sampling(0.6, 0.95, 20, 1024)  # max_new_tokens per turn
   c.agent_context = 8192  # tokens of one whole episode

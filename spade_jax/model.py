@@ -69,6 +69,11 @@ PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig("qwen3", vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
                         head_dim=16, d_ff=128, rope_theta=10_000.0, norm_eps=1e-6, qk_norm=True,
                         qkv_bias=False, tie_embeddings=False, max_seq_len=512),
+    # SmolLM2's vocabulary on a tiny body: pairs with the embedded tokenizer in end-to-end tests.
+    "tiny_smollm2": ModelConfig("llama", vocab_size=49152, d_model=64, n_layers=2, n_heads=4,
+                                n_kv_heads=2, head_dim=16, d_ff=128, rope_theta=100_000.0,
+                                norm_eps=1e-5, qk_norm=False, qkv_bias=False,
+                                tie_embeddings=True, max_seq_len=8192),
     "smollm2_135m": ModelConfig("llama", vocab_size=49152, d_model=576, n_layers=30, n_heads=9,
                                 n_kv_heads=3, head_dim=64, d_ff=1536, rope_theta=100_000.0,
                                 norm_eps=1e-5, qk_norm=False, qkv_bias=False, tie_embeddings=True,

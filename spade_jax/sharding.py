@@ -45,7 +45,8 @@ def initialize_distributed() -> None:
 
 
 def make_mesh(shape: Mapping[str, int], devices=None) -> Mesh:
-  """A ("data", "fsdp", "tensor") mesh. One size may be -1: it takes the remaining devices."""
+  """A ("data", "fsdp", "tensor") mesh. One size may be -1: it takes the remaining devices;
+  without a -1 the mesh uses the first prod(sizes) devices."""
   devices = list(jax.devices() if devices is None else devices)
   unknown = set(shape) - set(MESH_AXES)
   if unknown:
@@ -58,10 +59,12 @@ def make_mesh(shape: Mapping[str, int], devices=None) -> Mesh:
     if len(devices) % known:
       raise ValueError(f"mesh {dict(shape)} cannot be filled from {len(devices)} devices")
     sizes[sizes.index(-1)] = len(devices) // known
-  if math.prod(sizes) != len(devices):
-    raise ValueError(f"mesh {dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} devices, "
+  n = math.prod(sizes)
+  if n > len(devices) or (-1 in [int(shape.get(a, 1)) for a in MESH_AXES] and n != len(devices)):
+    raise ValueError(f"mesh {dict(zip(MESH_AXES, sizes))} needs {n} devices, "
                      f"but {len(devices)} are available")
-  return Mesh(np.asarray(devices).reshape(sizes), MESH_AXES)
+  # Fully explicit sizes may ask for fewer devices than there are: the first n are used.
+  return Mesh(np.asarray(devices[:n]).reshape(sizes), MESH_AXES)
 
 
 def spec_for(axes: tuple[str, ...], rules: Rules, shape: tuple[int, ...] | None = None,

@@ -53,6 +53,11 @@ def validate(c: ml_collections.ConfigDict) -> None:
              f"{c.optim.micro_batch}")
   if c.env.max_turns <= 0 or c.env.workers <= 0 or c.env.memory_mb <= 0:
     p.append("env: max_turns, workers and memory_mb must be positive")
+  from sandbox import pool as sandbox_pool
+  unknown = set(c.env.require) - set(sandbox_pool.PROTECTIONS)
+  if unknown:
+    p.append(f"env.require: unknown protections {sorted(unknown)}; known: "
+             f"{sandbox_pool.PROTECTIONS}")
   if c.corpus.path and not os.path.exists(c.corpus.path):
     p.append(f"corpus.path {c.corpus.path!r} does not exist")
   if p:

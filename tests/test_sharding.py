@@ -23,6 +23,7 @@ def test_make_mesh_fills_minus_one_and_rejects_bad_sizes():
     sharding.make_mesh({"data": 4, "fsdp": 2, "tensor": 2})
   with pytest.raises(ValueError, match="unknown mesh axes"):
     sharding.make_mesh({"model": 2})
+  assert sharding.make_mesh({"data": 1}).devices.size == 1  # explicit sizes: a subset
   with pytest.raises(ValueError, match="cannot be filled"):
     sharding.make_mesh({"data": -1, "tensor": 3})
 

@@ -23,7 +23,7 @@ from spade_jax import sampling
 from spade_jax import tokenizer as tok_lib
 from spade_jax.selfplay import corpus as corpus_lib
 from spade_jax.selfplay import memory as memory_lib
-from spade_jax.selfplay import prompts
+from spade_jax.selfplay import prompts, seeds
 
 
 @dataclasses.dataclass
@@ -57,7 +57,9 @@ def _prompt(tokenizer, skill: str, doc: corpus_lib.Document | None, records, mcf
             rng: np.random.Generator) -> list[int]:
   positives, negatives = memory_lib.examples(records, skill, mcfg, rng) if c.memory.enabled else (
       [], [])
-  few_shots = [] if positives else [starters.code(starters.by_skill(skill)[0])]
+  # While memory has nothing for this skill, the skill's shortest starter shows the format.
+  few_shots = [] if positives else [min((starters.code(n) for n in starters.by_skill(skill)),
+                                        key=len)]
   block = prompts.memory_block(positives, negatives, few_shots)
   messages = prompts.designer(skill, doc.text if doc else None, block, c.env.min_turns)
   return tok_lib.encode(tokenizer, tok_lib.render(tokenizer, messages))
@@ -83,7 +85,8 @@ def regenerate(c, step: int, regen_index: int, params, sampler: sampling.Sampler
       rng = np.random.default_rng([c.seed, step, s, attempt])
       docs.append(doc)
       prompt_ids.append(_prompt(tokenizer, slot_skill[s], doc, records, mcfg, c, rng))
-    out = sampler.generate(params, prompt_ids, settings, seed=_seed(c.seed, step, 1, attempt))
+    out = sampler.generate(params, prompt_ids, settings,
+                           seed=seeds.derive(c.seed, step, 1, attempt))
     completions = out.token_lists()
     n_tokens += int(out.lengths.sum())
     texts = [tokenizer.decode(t, skip_special_tokens=True) for t in completions]
@@ -105,11 +108,6 @@ def regenerate(c, step: int, regen_index: int, params, sampler: sampling.Sampler
   return Regeneration(result, verdicts, n_tokens)
 
 
-def _seed(*parts: int) -> int:
-  """A sampler seed from (run seed, step, phase, ...): distinct per call, same on resume."""
-  return int(np.random.SeedSequence(list(parts)).generate_state(1)[0] & 0x7FFFFFFF)
-
-
 def add_hints(c, step: int, params, sampler: sampling.Sampler, tokenizer,
               envs: list[Admitted]) -> int:
   """Writes a strategy hint for each environment in place; an empty hint counts as failed
@@ -121,7 +119,7 @@ def add_hints(c, step: int, params, sampler: sampling.Sampler, tokenizer,
                                top_p=c.hint.top_p)
   prompt_ids = [tok_lib.encode(tokenizer, tok_lib.render(tokenizer, prompts.hint_writer(e.code)))
                 for e in envs]
-  out = sampler.generate(params, prompt_ids, settings, seed=_seed(c.seed, step, 2))
+  out = sampler.generate(params, prompt_ids, settings, seed=seeds.derive(c.seed, step, 2))
   for e, toks in zip(envs, out.token_lists()):
     e.hint = prompts.clean_hint(tokenizer.decode(toks, skip_special_tokens=True)) or None
   return int(out.lengths.sum())

@@ -25,7 +25,7 @@ from sandbox.contract import Status
 from sandbox.pool import Pool, Start
 from spade_jax import sampling
 from spade_jax import tokenizer as tok_lib
-from spade_jax.selfplay import prompts
+from spade_jax.selfplay import prompts, seeds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,12 +137,12 @@ def play(pool: Pool, sampler: sampling.Sampler, params, tokenizer, groups: Seque
         for p in range(plays):
           e = episodes[g * plays + p]
           e.tokens, e.mask, e.logp = list(start.tokens), list(start.mask), [0.0] * len(start)
-      cohort.conv, out = sampler.start(params, prompts_, settings, seed * 1000 + step_seed,
+      cohort.conv, out = sampler.start(params, prompts_, settings, seeds.derive(seed, step_seed),
                                        num_samples=plays)
       cohort.live = set(range(len(cohort.rows)))
     else:
       cohort.conv, out = sampler.extend(params, cohort.conv, new_tokens, settings,
-                                        seed * 1000 + step_seed)
+                                        seeds.derive(seed, step_seed))
     step_seed += 1
     timing.sample_s += time.perf_counter() - t
     lists, lps = out.token_lists(), np.asarray(out.logprobs)

@@ -32,6 +32,7 @@ from sandbox.contract import Limits
 from spade_jax import checkpoint as ckpt_lib
 from spade_jax import learner as learner_lib
 from spade_jax import loading, rl, sampling, sharding
+from spade_jax import tokenizer as tok_lib
 from spade_jax.selfplay import batch as batch_lib
 from spade_jax.selfplay import corpus as corpus_lib
 from spade_jax.selfplay import designer as designer_lib
@@ -39,7 +40,7 @@ from spade_jax.selfplay import episodes as episodes_lib
 from spade_jax.selfplay import ledger
 from spade_jax.selfplay import memory as memory_lib
 from spade_jax.selfplay import outputs
-from spade_jax.selfplay.designer import _seed
+from spade_jax.selfplay import seeds
 
 
 def _settings(s) -> sampling.Settings:
@@ -81,9 +82,12 @@ def run(c, workdir: str, log=print) -> dict[str, Any]:
   mesh = sharding.make_mesh(c.mesh.to_dict())
   rules = c.rules.to_dict()
   loaded = loading.load_model(c.model, mesh, rules, c.dtype, seed=c.seed)
+  tok_spec = c.tokenizer or c.model
+  if c.tokenizer:
+    loaded.tokenizer = tok_lib.load_tokenizer(ckpt_lib.tokenizer_path(c.tokenizer))
   tok = loaded.tokenizer
   if tok is None:
-    raise ValueError(f"model {c.model!r} has no tokenizer; self-play needs one")
+    raise ValueError(f"model {c.model!r} has no tokenizer; set --config.tokenizer=SPEC")
   sampler = sampling.Sampler.for_model(loaded, mesh, rules)
   learner = learner_lib.make_learner(loaded.cfg, learner_config(c), mesh, rules)
   state = learner.init_state(loaded.params, c.seed)
@@ -105,13 +109,12 @@ def run(c, workdir: str, log=print) -> dict[str, Any]:
   mcfg = _memory_config(c)
   limits = Limits(memory_bytes=c.env.memory_mb << 20, step_s=c.env.step_timeout_s,
                   max_turns=c.env.max_turns)
-  require = tuple(p for p in c.env.require_isolation.split("+") if p)
   validation = validate_lib.Options(total_s=c.env.validation_timeout_s,
                                     degenerate_steps=c.env.max_turns + 5)
   ep_limits = episodes_lib.Limits(c.env.max_turns, c.agent_context)
   agent_settings = _settings(c.agent)
   metrics = outputs.Metrics(workdir, host["step"])
-  pool = pool_lib.Pool(workers=c.env.workers, limits=limits, require=require)
+  pool = pool_lib.Pool(workers=c.env.workers, limits=limits, require=tuple(c.env.require))
   log(f"sandbox protections: {sorted(k for k, v in pool.protections.items() if v)}")
   try:
     for t in range(host["step"], c.total_steps):
@@ -146,10 +149,11 @@ def run(c, workdir: str, log=print) -> dict[str, Any]:
         row.update(designer_attempts=rej["n"], designer_admitted=rej["admitted"],
                    designer_admission_rate=rej["admission_rate"],
                    designer_rejections=rej["by_check"], designer_tokens=regen.tokens)
-        hinted = [episodes_lib.Group(cd["env_id"], cd["code"], _seed(c.seed, t, 3, i), cd["hint"])
+        hinted = [episodes_lib.Group(cd["env_id"], cd["code"], seeds.derive(c.seed, t, 3, i),
+                                     cd["hint"])
                   for i, cd in enumerate(cards) if cd["source"] == "designer" and cd["hint"]]
         h_eps, h_time = episodes_lib.play(pool, sampler, params, tok, hinted, c.hinted_plays,
-                                          agent_settings, ep_limits, _seed(c.seed, t, 4))
+                                          agent_settings, ep_limits, seeds.derive(c.seed, t, 4))
         timing = timing.add(h_time)
         for cd in cards:
           if cd["source"] == "designer":
@@ -160,10 +164,10 @@ def run(c, workdir: str, log=print) -> dict[str, Any]:
       cards = host["pool"]
       row["pool_size"] = len(cards)
       row["starter_envs"] = sum(cd["source"] == "starter" for cd in cards)
-      groups = [episodes_lib.Group(cd["env_id"], cd["code"], _seed(c.seed, t, 3, i))
+      groups = [episodes_lib.Group(cd["env_id"], cd["code"], seeds.derive(c.seed, t, 3, i))
                 for i, cd in enumerate(cards)]
       eps, p_time = episodes_lib.play(pool, sampler, params, tok, groups, c.plays_per_env,
-                                      agent_settings, ep_limits, _seed(c.seed, t, 5))
+                                      agent_settings, ep_limits, seeds.derive(c.seed, t, 5))
       timing = timing.add(p_time)
       played = [e for e in eps if e.end != "start_failed"]
       by_env: dict[str, list[float]] = {}
@@ -213,7 +217,7 @@ def run(c, workdir: str, log=print) -> dict[str, Any]:
                  device_waits_on_host_frac=timing.env_wait_s / total if total else 0.0)
       metrics.write(row)
       if (t + 1) % c.checkpoint_every == 0 or t + 1 == c.total_steps:
-        ckpt_lib.save(mgr, state, learner.model_cfg, host, tokenizer=c.model, step=t + 1)
+        ckpt_lib.save(mgr, state, learner.model_cfg, host, tokenizer=tok_spec, step=t + 1)
       eta = total * (c.total_steps - t - 1)
       log(f"step {t + 1}/{c.total_steps}  return {row.get('agent_return_mean', 0):+.3f}  "
           f"win {row.get('agent_win_rate', 0):.2f}  admitted "
@@ -271,8 +275,11 @@ def _episode_stats(eps: list[episodes_lib.Episode]) -> dict[str, Any]:
   if not eps:
     return {"episodes": 0}
   ends: dict[str, int] = {}
+  errors: dict[str, int] = {}
   for e in eps:
     ends[e.end] = ends.get(e.end, 0) + 1
+    if e.status != "OK":
+      errors[e.status] = errors.get(e.status, 0) + 1
   return {"episodes": len(eps), "agent_return_mean": float(np.mean([e.ret for e in eps])),
           "agent_win_rate": float(np.mean([e.won for e in eps])),
-          "agent_turns_mean": float(np.mean([e.turns for e in eps])), "episode_ends": ends}
+          "agent_turns_mean": float(np.mean([e.turns for e in eps])), "episode_ends": ends, "episode_errors": errors}

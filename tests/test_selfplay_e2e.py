@@ -1,0 +1,108 @@
+"""The self-play loop end to end with a tiny random model, and exact resume after a kill."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import jax
+
+from spade_jax import checkpoint as ckpt_lib
+from spade_jax import config as config_lib
+from spade_jax import train
+from spade_jax.selfplay import loop
+
+OVERRIDES = [
+    "model=random:tiny_smollm2", "tokenizer=smollm2-135m", "total_steps=3", "k=2",
+    "envs_per_regen=2", "plays_per_env=2", "hinted_plays=2", "attempts_per_slot=2",
+    "global_batch=8", "env.max_turns=2", "agent.max_new_tokens=8", "designer.max_new_tokens=24",
+    "hint.max_new_tokens=8", "corpus.max_words=40", "agent_context=4096", "optim.lr=1e-3",
+    "optim.remat=false", "env.step_timeout_s=60.0", "mesh.data=1",
+]
+
+
+def _config(**extra):
+  c = config_lib.load("configs/spade.py:local")
+  config_lib.override(c, OVERRIDES + [f"{k}={v}" for k, v in extra.items()])
+  train.validate(c)
+  return c
+
+
+def _mesh_rules(c):
+  from spade_jax import sharding
+  return sharding.make_mesh(c.mesh.to_dict()), c.rules.to_dict()
+
+
+def _rows(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    rows = [json.loads(line) for line in f]
+  return [{k: v for k, v in r.items() if not k.startswith("time_") and k != "device_waits_on_host_frac"}
+          for r in rows]
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("full"))
+  host = loop.run(_config(), workdir, log=lambda *_: None)
+  return workdir, host
+
+
+def test_two_windows_reject_garbage_train_on_starters_and_write_outputs(full_run):
+  workdir, host = full_run
+  rows = _rows(workdir)
+  assert [r["step"] for r in rows] == [0, 1, 2]
+  assert [r["regen"] for r in rows] == [True, False, True]
+  for r in (rows[0], rows[2]):  # two regeneration windows
+    assert r["designer_attempts"] >= 2
+    # A random model writes no valid program: every attempt is rejected, with a reason.
+    assert r["designer_admitted"] == 0 and sum(r["designer_rejections"].values()) == r[
+        "designer_attempts"]
+    assert r["starter_envs"] == 2  # the agent is kept busy on starter environments
+  for r in rows:
+    assert r["episodes"] == 4 and r["agent_trained"] == 4 and r["episode_errors"] == {}
+    assert np.isfinite(r["loss"]) and r["skipped"] == 0.0
+    assert r["tokens_trained"] > 0
+  cards = sorted(os.listdir(os.path.join(workdir, "pool")))
+  assert any(c.endswith(".py") for c in cards) and any(c.endswith(".json") for c in cards)
+  card = json.load(open(os.path.join(workdir, "pool", [c for c in cards if c.endswith(".json")][0])))
+  assert {"skill", "hint", "doc_id", "step", "source"} <= set(card)
+  assert os.path.exists(os.path.join(workdir, "memory.json"))
+  assert os.listdir(os.path.join(workdir, "tensorboard"))
+  assert host["step"] == 3 and host["window"] is None  # the last window was flushed
+
+
+def test_killed_run_resumes_exactly(full_run, tmp_path):
+  workdir_full, _ = full_run
+  workdir = str(tmp_path / "resumed")
+  c = _config()
+
+  class Killed(Exception):
+    pass
+
+  def kill_after_step_2(msg):
+    if msg.startswith("step 2/"):
+      raise Killed()
+
+  with pytest.raises(Killed):
+    loop.run(c, workdir, log=kill_after_step_2)
+  assert len(_rows(workdir)) == 2
+  loop.run(_config(), workdir, log=lambda *_: None)  # the same command again
+  assert _rows(workdir) == _rows(workdir_full)
+  mesh, rules = _mesh_rules(c)
+  _, p_full, _ = ckpt_lib.load_params(os.path.join(workdir_full, "checkpoints"), mesh, rules)
+  _, p_res, _ = ckpt_lib.load_params(os.path.join(workdir, "checkpoints"), mesh, rules)
+  for a, b in zip(jax.tree.leaves(p_full), jax.tree.leaves(p_res)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+def test_config_validation_names_every_problem():
+  c = config_lib.load("configs/spade.py:local")
+  config_lib.override(c, ["k=0", "reward.variant=vibes", "agent.top_p=0"])
+  with pytest.raises(ValueError) as e:
+    train.validate(c)
+  msg = str(e.value)
+  assert "k must be positive" in msg and "reward.variant 'vibes'" in msg and "agent:" in msg
+  c = config_lib.load("configs/spade.py:qwen3_4b")
+  with pytest.raises(ValueError, match="model is empty"):
+    train.validate(c)
