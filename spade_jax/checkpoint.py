@@ -21,13 +21,10 @@ import orbax.checkpoint as ocp
 
 from spade_jax import gguf_io, sharding
 from spade_jax import model as model_lib
+from spade_jax.convert import CheckpointError
 
 FORMAT = "spade_jax.checkpoint/1"
 ITEMS = ("params", "train", "host", "meta")
-
-
-class CheckpointError(ValueError):
-  pass
 
 
 def manager(directory: str, keep: int = 3, async_save: bool = True) -> ocp.CheckpointManager:
