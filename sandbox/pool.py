@@ -152,18 +152,29 @@ class Pool:
             if not waiting or (limit is not None and now >= limit):
                 return []
             if any(ep.deadline <= now for ep in self._inflight.values()):
+                # A reply may have arrived in time while the caller was busy elsewhere (e.g.
+                # sampling on the device): read what is there before declaring anything late.
+                if self._read_ready(0):
+                    continue
                 for ep in [ep for ep in self._inflight.values() if ep.deadline <= now]:
                     self._ready[ep.id] = self._fail(ep, Status.TIMEOUT,
                                                     f"{ep.op}: no reply within the deadline; killed")
                 continue
             until = min(ep.deadline for ep in waiting)
             until = until if limit is None else min(until, limit)
-            for fd, _ in self._poller.poll(max(1, int((until - now) * 1000) + 1)):
-                ep = self._inflight.get(fd)
-                if ep is not None:
-                    reply = self._read(ep)
-                    if reply is not None:
-                        self._ready[ep.id] = reply
+            self._read_ready(max(1, int((until - now) * 1000) + 1))
+
+    def _read_ready(self, timeout_ms: int) -> bool:
+        """Reads every reply that is complete within `timeout_ms`; True if any was."""
+        got = False
+        for fd, _ in self._poller.poll(timeout_ms):
+            ep = self._inflight.get(fd)
+            if ep is not None:
+                reply = self._read(ep)
+                if reply is not None:
+                    self._ready[ep.id] = reply
+                    got = True
+        return got
 
     def end_many(self, episodes: Iterable[int]) -> None:
         """Abandon episodes: their children are killed and their temp dirs removed."""

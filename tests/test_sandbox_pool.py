@@ -169,3 +169,16 @@ def test_cpu_time_limit_is_a_timeout():
         replies = p.play(spin, 0, ["\\boxed{0}"])
         assert replies[-1].status is Status.TIMEOUT and "CPU" in replies[-1].reason, replies[-1]
         assert _wait_no_children(p) == []
+
+
+def test_a_reply_in_time_is_not_a_timeout_when_read_late(pool):
+    """The host may be busy (sampling on the device) past a step's deadline; a reply the child
+    sent in time is still delivered, not turned into a TIMEOUT."""
+    (r,) = list(pool.start_many({0: Start(SLEEPY, 1)}))
+    pool.submit_steps({r.episode: "\\boxed{0}"})
+    time.sleep(LIMITS.step_s + 0.5)
+    (reply,) = pool.wait([r.episode])
+    assert reply.status is Status.OK and reply.observation.startswith("slept")
+    pool.submit_steps({r.episode: "\\boxed{3000}"})  # a child that really is late is still killed
+    (late,) = pool.wait([r.episode])
+    assert late.status is Status.TIMEOUT
