@@ -92,21 +92,21 @@ def get_config(arg=None):
   c.checkpoint_every = 1  # rollout steps between checkpoints
   c.keep_checkpoints = 3
 
-  if preset == "local":
+  if preset == "local":  # sized for 2 CPU cores: two windows, every phase exercised once
     c.total_steps = 4
     c.k = 2
     c.envs_per_regen = 2
     c.plays_per_env = 4
     c.hinted_plays = 4
-    c.attempts_per_slot = 2
+    c.attempts_per_slot = 1
     c.global_batch = 16
     c.env.max_turns = 3
-    c.agent.max_new_tokens = 64
+    c.agent.max_new_tokens = 48
     c.agent_context = 1024
-    c.designer.max_new_tokens = 384
-    c.hint.max_new_tokens = 48
-    c.corpus.max_words = 200
-    c.optim.lr = 1e-6
+    c.designer.max_new_tokens = 192
+    c.hint.max_new_tokens = 32
+    c.corpus.max_words = 120
+    c.optim.remat = False
   elif preset == "qwen3_4b":
     c.model = ""  # required: --config.model=/path/to/Qwen3-4B
     c.dtype = "bfloat16"
