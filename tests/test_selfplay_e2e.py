@@ -106,3 +106,25 @@ def test_config_validation_names_every_problem():
   c = config_lib.load("configs/spade.py:qwen3_4b")
   with pytest.raises(ValueError, match="model is empty"):
     train.validate(c)
+
+
+def test_reference_policy_only_when_kl_is_on():
+  """beta = 0 keeps no reference copy and runs no reference pass; beta > 0 scores the batch
+  under the frozen initial policy (equal to the learner's own scoring at step 0)."""
+  from spade_jax import learner as learner_lib
+  from spade_jax import loading
+
+  c = _config()
+  mesh, rules = _mesh_rules(c)
+  m = loading.load_model("random:tiny", mesh, rules, tokenizer=False)
+  lrn = learner_lib.make_learner(m.cfg, loop.learner_config(c), mesh, rules)
+  assert loop._reference_scorer(c, lrn, m.params) is None
+  config_lib.override(c, ["rl.kl_beta=0.005"])
+  lrn = learner_lib.make_learner(m.cfg, loop.learner_config(c), mesh, rules)
+  ref = loop._reference_scorer(c, lrn, m.params)
+  batch = {"tokens_BT": np.arange(16, dtype=np.int32).reshape(2, 8) % 200,
+           "temperature_B": np.array([0.6, 1.0], np.float32)}
+  got = ref(batch)
+  want = learner_lib.score(m.params, batch, m.cfg, 256)[0]
+  assert got.shape == (2, 8)
+  np.testing.assert_allclose(got, np.asarray(want), atol=1e-6)
