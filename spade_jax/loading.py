@@ -32,6 +32,7 @@ class Loaded:
   params: Any
   tokenizer: Any  # None for random:PRESET
   source: str
+  tokenizer_ref: str | None = None  # the SPEC the tokenizer comes from (stored in checkpoints)
 
 
 def _kind(spec: str) -> str:
@@ -71,7 +72,7 @@ def load_model(spec: str, mesh: jax.sharding.Mesh | None = None,
     cfg, params, tok_ref = checkpoint.load_params(spec, mesh, rules, dtype)
     if tokenizer and tok_ref is not None:
       tok = tok_lib.load_tokenizer(checkpoint.tokenizer_path(tok_ref))
-    return Loaded(cfg, params, tok, spec)
+    return Loaded(cfg, params, tok, spec, tok_ref)
   if kind == "hf":
     cfg = hf.read_config(spec, dtype)
     loaders = hf.open_checkpoint(spec, cfg)
@@ -86,4 +87,4 @@ def load_model(spec: str, mesh: jax.sharding.Mesh | None = None,
   if tokenizer:
     tok = tok_lib.load_tokenizer(tok_path)
   params = sharding.place_tree(loaders, shardings)
-  return Loaded(cfg, params, tok, spec)
+  return Loaded(cfg, params, tok, spec, spec)

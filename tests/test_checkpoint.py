@@ -134,6 +134,7 @@ def test_checkpoint_spec_brings_its_tokenizer(tmp_path, lrn):
   loaded = loading.load_model(str(tmp_path), dtype="bfloat16")
   assert loaded.cfg.dtype == "bfloat16"
   assert loaded.tokenizer is not None and loaded.tokenizer.eos_token_id is not None
+  assert loaded.tokenizer_ref == "smollm2-135m"  # what a run continued from it stores again
 
 
 def test_model_mismatch_is_an_error(trained):

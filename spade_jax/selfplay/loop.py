@@ -82,7 +82,7 @@ def run(c, workdir: str, log=print) -> dict[str, Any]:
   mesh = sharding.make_mesh(c.mesh.to_dict())
   rules = c.rules.to_dict()
   loaded = loading.load_model(c.model, mesh, rules, c.dtype, seed=c.seed)
-  tok_spec = c.tokenizer or c.model
+  tok_spec = c.tokenizer or loaded.tokenizer_ref
   if c.tokenizer:
     loaded.tokenizer = tok_lib.load_tokenizer(ckpt_lib.tokenizer_path(c.tokenizer))
   tok = loaded.tokenizer
