@@ -3,9 +3,9 @@
 `prefill_chunk` runs the model over a chunk of C new tokens per row (a prompt or an observation),
 writes their keys/values into the cache and returns the logits of the chunk's last position only
 (prompt logits are never computed); its layers run under `lax.scan`. `decode_step` feeds one
-token per row through layers unrolled over per-layer weights (see `prepare` for why), and its
-attention reads only the smallest static span bucket that covers the live prefix, so a step's
-cost follows the live length, not the cache capacity. `decode_loop` is one `lax.while_loop` that
+token per row through layers unrolled over per-layer weights (see `prepare` for why). Attention
+(`_attend`) reads the cache in fixed blocks up to the live length, so a step's cost follows the
+live length, not the cache capacity, without a program per span. `decode_loop` is one `lax.while_loop` that
 exits when every row has stopped.
 
 Token selection: logits / T, then top-k (static k) and top-p, then a categorical draw with a key
@@ -76,30 +76,53 @@ def _chunk_inputs(cache: Cache, valid_BC):
   return pos_BC, valid_BS, slot_C
 
 
-def _mask(valid_BS, slot_C, span: int):
-  """[B, C, span]: a query at slot t sees valid slots <= t."""
-  return (valid_BS[:, None, :span] &
-          (jnp.arange(span, dtype=jnp.int32)[None, None, :] <= slot_C[None, :, None]))
+# Attention reads the cache in blocks of this many slots, up to the live length only: a
+# `fori_loop` with a dynamic trip count and an online softmax, so neither the cost of a step nor
+# the number of compiled programs depends on a static span, and a long chunk never materialises
+# [C, S] scores.
+BLOCK = 128
 
 
-def _attend(q_BCHD, k_BKSD, v_BKSD, mask_BCS):
-  """Grouped-query attention of a chunk over cache slots; float32 softmax, fully masked rows
-  give zeros (as `model.attention`, in the cache's [B, K, S, Dh] layout)."""
+def _block(S: int) -> int:
+  return BLOCK if S % BLOCK == 0 else S
+
+
+def _attend(q_BCHD, k_BKSD, v_BKSD, valid_BS, slot_C, n_live):
+  """Grouped-query attention of a chunk (queries at slots slot_C) over cache slots < n_live.
+
+  A query at slot t sees valid slots <= t. Float32 online softmax over blocks; fully masked
+  rows give zeros (as `model.attention`, in the cache's [B, K, S, Dh] layout).
+  """
   B, C, H, Dh = q_BCHD.shape
-  K = k_BKSD.shape[1]
-  q = q_BCHD.reshape(B, C, K, H // K, Dh)
-  if C == 1:
-    # Decode: one query per head, so contract the cache rows against q as a batched mat-vec
-    # that reads each (row, head) block of the cache once, in memory order.
-    s = jnp.einsum("bksd,bkgd->bksg", k_BKSD, q[:, 0], preferred_element_type=jnp.float32)
-    s = jnp.swapaxes(s, 2, 3)[:, :, :, None, :]  # [B, K, G, 1, S]
-  else:
-    s = jnp.einsum("bckgd,bksd->bkgcs", q, k_BKSD, preferred_element_type=jnp.float32)
-  m = mask_BCS[:, None, None, :, :]
-  s = jnp.where(m, s * (Dh ** -0.5), -1e30)
-  p = jnp.where(m, jax.nn.softmax(s, axis=-1), 0.0).astype(v_BKSD.dtype)
-  out = jnp.einsum("bkgcs,bksd->bckgd", p, v_BKSD)
-  return out.reshape(B, C, H, Dh)
+  K, S = k_BKSD.shape[1], k_BKSD.shape[2]
+  G, blk = H // K, _block(S)
+  q = jnp.transpose(q_BCHD.reshape(B, C, K, G, Dh), (0, 2, 3, 1, 4)) * jnp.asarray(
+      Dh ** -0.5, q_BCHD.dtype)  # [B, K, G, C, Dh]
+
+  def body(i, carry):
+    m, l, acc = carry
+    start = i * blk
+    kb = jax.lax.dynamic_slice_in_dim(k_BKSD, start, blk, axis=2)
+    vb = jax.lax.dynamic_slice_in_dim(v_BKSD, start, blk, axis=2)
+    s = jnp.einsum("bkgcd,bksd->bkgcs", q, kb, preferred_element_type=jnp.float32)
+    slots = start + jnp.arange(blk, dtype=jnp.int32)
+    mask = (jax.lax.dynamic_slice_in_dim(valid_BS, start, blk, axis=1)[:, None, :] &
+            (slots[None, None, :] <= slot_C[None, :, None]))[:, None, None]  # [B,1,1,C,blk]
+    s = jnp.where(mask, s, -jnp.inf)
+    m_new = jnp.maximum(m, s.max(-1))
+    m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+    p = jnp.exp(s - m_safe[..., None])
+    corr = jnp.exp(m - m_safe)
+    l = l * corr + p.sum(-1)
+    acc = acc * corr[..., None] + jnp.einsum("bkgcs,bksd->bkgcd", p.astype(v_BKSD.dtype), vb,
+                                             preferred_element_type=jnp.float32)
+    return m_new, l, acc
+
+  init = (jnp.full((B, K, G, C), -jnp.inf, jnp.float32), jnp.zeros((B, K, G, C), jnp.float32),
+          jnp.zeros((B, K, G, C, Dh), jnp.float32))
+  _, l, acc = jax.lax.fori_loop(0, (n_live + blk - 1) // blk, body, init)
+  out = jnp.where(l[..., None] > 0, acc / jnp.where(l > 0, l, 1.0)[..., None], 0.0)
+  return jnp.transpose(out, (0, 3, 1, 2, 4)).reshape(B, C, H, Dh).astype(v_BKSD.dtype)
 
 
 def _layer(p, x, k_BKSD, v_BKSD, cos, sin, start, attend, cfg: model_lib.ModelConfig):
@@ -121,35 +144,32 @@ def _logits(final_norm, head_DV, x_BCD, cfg):
   return jnp.einsum("bd,dv->bv", h, head_DV, preferred_element_type=jnp.float32)
 
 
-def prefill_chunk(params, cache: Cache, tokens_BC, valid_BC, cfg: model_lib.ModelConfig,
-                  span: int):
+def prefill_chunk(params, cache: Cache, tokens_BC, valid_BC, cfg: model_lib.ModelConfig):
   """Appends a chunk of C tokens per row; returns (logits [B, V] of its last slot, new cache).
 
   Chunks are left-padded (valid_BC False on the pads), so the last slot holds every live row's
-  latest token and its logits are the only ones computed. Attention reads slots < span (static;
-  the caller guarantees length + C <= span <= S). Layers run under `lax.scan` over the stacked
-  params, which keeps compile time flat in depth (the per-layer weight copy that makes scan
-  slow for a decode step is amortised over the chunk here); the scan carries only the live
-  span of each layer's cache, and the chunk's new keys/values are written back after it.
+  latest token and its logits are the only ones computed. The caller guarantees length + C <= S
+  and keeps C small (long prompts go in several chunks): attention then never builds more than
+  [C, BLOCK] scores. Layers run under `lax.scan` over the stacked params, which keeps compile
+  time flat in depth (the per-layer weight copy that makes scan slow for a decode step is
+  amortised over the chunk here); the chunk's new keys/values are written back after it.
   """
   B, C = tokens_BC.shape
   start = cache.length
   pos_BC, valid_BS, slot_C = _chunk_inputs(cache, valid_BC)
-  mask = _mask(valid_BS, slot_C, span)
   cos, sin = model_lib.rope_tables(pos_BC, cfg.head_dim, cfg.rope_theta)
   p_all = model_lib.cast(params, cfg)
-  live_k = jnp.stack([k[:, :, :span] for k in cache.k])
-  live_v = jnp.stack([v[:, :, :span] for v in cache.v])
+  attend = lambda q, k, v: _attend(q, k, v, valid_BS, slot_C, start + C)
 
   def body(x, xs):
     p, k_l, v_l = xs
-    x, k_l, v_l = _layer(p, x, k_l, v_l, cos, sin, start,
-                         lambda q, k, v: _attend(q, k, v, mask), cfg)
+    x, k_l, v_l = _layer(p, x, k_l, v_l, cos, sin, start, attend, cfg)
     chunk = lambda a: jax.lax.dynamic_slice_in_dim(a, start, C, axis=2)
     return x, (chunk(k_l), chunk(v_l))
 
   x = model_lib.embed(p_all, tokens_BC, cfg)
-  x, (new_k, new_v) = jax.lax.scan(body, x, (p_all["layers"], live_k, live_v))
+  x, (new_k, new_v) = jax.lax.scan(body, x, (p_all["layers"], jnp.stack(cache.k),
+                                             jnp.stack(cache.v)))
   write = lambda a, n: jax.lax.dynamic_update_slice(a, n, (0, 0, start, 0))
   k = tuple(write(a, new_k[l]) for l, a in enumerate(cache.k))
   v = tuple(write(a, new_v[l]) for l, a in enumerate(cache.v))
@@ -159,24 +179,17 @@ def prefill_chunk(params, cache: Cache, tokens_BC, valid_BC, cfg: model_lib.Mode
                           cache.pos_B + valid_BC.astype(jnp.int32).sum(1))
 
 
-def decode_step(w, cache: Cache, tok_B, live_B, cfg: model_lib.ModelConfig,
-                spans: tuple[int, ...]):
+def decode_step(w, cache: Cache, tok_B, live_B, cfg: model_lib.ModelConfig):
   """Feeds one token per row (rows with live_B False write an invalid slot); returns
   (logits [B, V], new cache).
 
   `w` comes from `prepare`; layers are unrolled over their own weight arrays. Attention reads
-  only the smallest span in `spans` (static, ascending, last = capacity) that covers the live
-  prefix: a `lax.switch` per layer between small attention-only branches, so the step's cost
-  follows the live length while the expensive part of the step is compiled once.
+  only the blocks that cover the live prefix, so the step's cost follows the live length, not
+  the capacity.
   """
   pos_BC, valid_BS, slot_C = _chunk_inputs(cache, live_B[:, None])
   cos, sin = model_lib.rope_tables(pos_BC, cfg.head_dim, cfg.rope_theta)
-  which = jnp.sum(jnp.asarray(spans, jnp.int32) < cache.length + 1).astype(jnp.int32)
-  branches = [
-      lambda q, k, v, span=span: _attend(q, k[:, :, :span], v[:, :, :span],
-                                         _mask(valid_BS, slot_C, span))
-      for span in spans]
-  attend = lambda q, k, v: jax.lax.switch(which, branches, q, k, v)
+  attend = lambda q, k, v: _attend(q, k, v, valid_BS, slot_C, cache.length + 1)
   ks, vs = list(cache.k), list(cache.v)
   x = jnp.take(w["embed"], tok_B[:, None], axis=0)
   for l, p in enumerate(w["layers"]):
@@ -230,13 +243,12 @@ def _record(s: Loop, tok_B, logp_B, eos_ids, stop_ids, max_new: int) -> Loop:
 
 def decode_loop(w, cache: Cache, logits_BV, live_B, sp: SampleParams,
                 cfg: model_lib.ModelConfig, *, max_new: int, top_k: int, greedy: bool,
-                eos_ids: tuple[int, ...], stop_ids: tuple[int, ...], spans: tuple[int, ...],
+                eos_ids: tuple[int, ...], stop_ids: tuple[int, ...],
                 cache_sh: Cache | None = None) -> Loop:
   """Samples up to `max_new` tokens per live row, starting from the logits of the prefilled
   prompt. Rows stop on an eos/stop id or at max_new; the loop ends when all have stopped.
 
-  `spans` are the static attention widths, ascending, the last one the capacity S; the caller
-  guarantees S >= cache.length + max_new - 1 (the last sampled token is never fed).
+  The caller guarantees S >= cache.length + max_new - 1 (the last sampled token is never fed).
   """
   B = live_B.shape[0]
   s = Loop(cache, jnp.zeros((B,), jnp.int32), ~live_B, jnp.full((B,), NONE, jnp.int32),
@@ -246,7 +258,7 @@ def decode_loop(w, cache: Cache, logits_BV, live_B, sp: SampleParams,
   s = _record(s, tok, logp, eos_ids, stop_ids, max_new)
 
   def step(s: Loop) -> Loop:
-    logits, cache = decode_step(w, s.cache, s.last_B, ~s.done_B, cfg, spans)
+    logits, cache = decode_step(w, s.cache, s.last_B, ~s.done_B, cfg)
     cache = kv_cache.constrain(cache, cache_sh)
     tok, logp = select_tokens(logits, sp, s.step + 1, top_k, greedy)
     return _record(s._replace(cache=cache, step=s.step + 1), tok, logp, eos_ids, stop_ids,

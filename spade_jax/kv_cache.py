@@ -37,19 +37,16 @@ class Cache(NamedTuple):
 
 
 def ladder(limit: int, minimum: int = 16) -> tuple[int, ...]:
-  """Bucket sizes up to `limit`: powers of two, plus 1.5x powers of two from 384 up.
-
-  The 1.5x steps keep the waste of a bucket (padding, attention over unused slots) under 50% at
-  the sizes where it costs the most.
-  """
+  """Bucket sizes up to the first one >= `limit`: powers of two, plus 1.5x powers of two from
+  384 up (which keep a bucket's waste, padding and attention over unused slots, under 50% at the
+  sizes where it costs the most)."""
   out, p = [], minimum
-  while p < limit:
+  while not out or out[-1] < limit:
     out.append(p)
-    if p >= 256 and p * 3 // 2 < limit:
+    if p >= 256 and out[-1] < limit:
       out.append(p * 3 // 2)
     p *= 2
-  out.append(p)
-  return tuple(sorted(set(out)))
+  return tuple(out)
 
 
 def bucket(n: int, minimum: int = 16) -> int:

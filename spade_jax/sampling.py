@@ -15,7 +15,8 @@ nothing. Only the new tokens are prefilled; the turn's final sampled token is fe
 `Output` has one row per conversation: tokens, log-probs (see `logprobs.py`), lengths and finish
 reasons; rows not continued in a call have length 0 and reason "none".
 
-Shapes are bucketed (batch: powers of two; prompt chunk and cache capacity: `kv_cache.ladder`),
+Shapes are bucketed (batch: powers of two; prompt chunk and cache capacity: `kv_cache.ladder`;
+prompts longer than MAX_CHUNK go in several chunks of one compiled program),
 so a second call of the same bucket reuses the compiled program. `extend` donates the previous
 cache: a `Conversations` value must not be used twice.
 """
@@ -112,39 +113,52 @@ class _Decoding:
   stop_ids: tuple[int, ...]
 
 
-# Three programs per call: weights for the decode loop, a prefill (keyed on the chunk's shape),
-# and the decode loop (keyed only on the batch and capacity buckets, so a new prompt or
-# observation length never recompiles the expensive part).
+# Prompts and observations longer than this are prefilled in chunks of this many tokens, so a
+# long prompt reuses one compiled chunk program and never builds large activations.
+MAX_CHUNK = 256
+
+# The programs of a call: weights for the decode loop, an empty cache, a chunk prefill (keyed on
+# the batch, chunk and capacity buckets), a repack (fan-out of the G samples / compaction), and
+# the decode loop (keyed only on the batch and capacity buckets, so a new prompt or observation
+# length never recompiles the expensive part).
 _prepare = jax.jit(decode.prepare, static_argnames=("cfg",))
 
 
 @functools.partial(jax.jit, static_argnames=("layout",))
-def _start_prefill(params, tokens_BC, valid_BC, rows_B, keep_B, layout: _Layout):
-  """Prefills the distinct prompts into a chunk-sized cache, then fans out to the G rows each."""
-  Bp, C = tokens_BC.shape
-  cache = kv_cache.constrain(kv_cache.empty(layout.cfg, Bp, C), layout.cache_sh(Bp, C))
-  logits_BV, cache = decode.prefill_chunk(params, cache, tokens_BC, valid_BC, layout.cfg, C)
-  # The G samples of a prompt are copies of its prefilled rows.
-  cache = kv_cache.constrain(kv_cache.repack(cache, rows_B, keep_B, layout.S), layout.cache_sh())
-  return cache, logits_BV[rows_B]
+def _empty(layout: _Layout):
+  return kv_cache.constrain(kv_cache.empty(layout.cfg, layout.B, layout.S), layout.cache_sh())
 
 
-@functools.partial(jax.jit, static_argnames=("layout", "span"))
-def _extend_prefill(params, cache, tokens_BC, valid_BC, rows_B, keep_B, layout: _Layout,
-                    span: int):
-  """Compacts the kept rows (closing the gaps) and prefills only the new chunk."""
-  cache = kv_cache.constrain(kv_cache.repack(cache, rows_B, keep_B, layout.S), layout.cache_sh())
-  logits_BV, cache = decode.prefill_chunk(params, cache, tokens_BC, valid_BC, layout.cfg, span)
+@functools.partial(jax.jit, static_argnames=("layout",), donate_argnames=("cache",))
+def _prefill(params, cache, tokens_BC, valid_BC, layout: _Layout):
+  logits_BV, cache = decode.prefill_chunk(params, cache, tokens_BC, valid_BC, layout.cfg)
   return kv_cache.constrain(cache, layout.cache_sh()), logits_BV
+
+
+@functools.partial(jax.jit, static_argnames=("layout",))
+def _fan_out(cache, logits_BV, rows_B, keep_B, layout: _Layout):
+  """Copies prompt rows_B[b] into row b (the G samples of a prompt share its prefill)."""
+  cache = kv_cache.repack(cache, rows_B, keep_B, layout.S)
+  return kv_cache.constrain(cache, layout.cache_sh()), logits_BV[rows_B]
+
+
+@functools.partial(jax.jit, static_argnames=("layout",))
+def _compact(cache, rows_B, keep_B, layout: _Layout):
+  """Keeps rows_B of a cache, closing the gaps between turns."""
+  return kv_cache.constrain(kv_cache.repack(cache, rows_B, keep_B, layout.S), layout.cache_sh())
 
 
 @functools.partial(jax.jit, static_argnames=("layout", "dec"), donate_argnames=("cache",))
 def _decode(w, cache, logits_BV, keep_B, sp, layout: _Layout, dec: _Decoding):
-  spans = tuple(s for s in kv_cache.ladder(layout.S, 64) if s < layout.S) + (layout.S,)
   s = decode.decode_loop(w, cache, logits_BV, keep_B, sp, layout.cfg, max_new=dec.max_new,
                          top_k=dec.top_k, greedy=dec.greedy, eos_ids=dec.eos_ids,
-                         stop_ids=dec.stop_ids, spans=spans, cache_sh=layout.cache_sh())
+                         stop_ids=dec.stop_ids, cache_sh=layout.cache_sh())
   return s.cache, (s.tokens_BN, s.logp_BN, s.n_B, s.finish_B, s.last_B)
+
+
+def _chunk_len(n: int) -> int:
+  """Padded length of n new tokens: a bucket up to MAX_CHUNK, else whole chunks."""
+  return kv_cache.bucket(n) if n <= MAX_CHUNK else -(-n // MAX_CHUNK) * MAX_CHUNK
 
 
 def _left_pad(seqs: Sequence[Sequence[int]], B: int, C: int, pad_id: int):
@@ -200,6 +214,16 @@ class Sampler:
                    self._params(rows, settings, seed), layout=layout,
                    dec=self._decoding(settings))
 
+  def _prefill(self, params, cache, tokens, valid):
+    """Prefills left-padded [B, C] tokens chunk by chunk; returns (cache, last logits)."""
+    B, S = cache.valid_BS.shape
+    layout = self._layout(B, S)
+    step = min(tokens.shape[1], MAX_CHUNK)
+    for c in range(0, tokens.shape[1], step):
+      cache, logits = _prefill(params, cache, self._put(tokens[:, c:c + step]),
+                               self._put(valid[:, c:c + step]), layout=layout)
+    return cache, logits
+
   def _capacity(self, need: int, capacity: int | None) -> int:
     if need > self.cfg.max_seq_len:
       raise ValueError(f"context of {need} tokens exceeds the model's {self.cfg.max_seq_len}")
@@ -250,16 +274,18 @@ class Sampler:
     mult = kv_cache.batch_multiple(self.mesh, self.rules)
     Bp, B = kv_cache.batch_bucket(n, mult), kv_cache.batch_bucket(N, mult)
     longest = max(len(p) for p in prompts)
-    C = kv_cache.bucket(longest)
+    C = _chunk_len(longest)
     S = self._capacity(longest + settings.max_new_tokens, capacity)
     tokens, valid = _left_pad(prompts, Bp, C, self.pad_id)
     rows = np.full((B,), -1, np.int64)
     rows[:N] = np.arange(N)
     layout = self._layout(B, S)
-    cache, logits = _start_prefill(
-        params, self._put(tokens), self._put(valid),
-        self._put(np.where(rows >= 0, rows // G, 0).astype(np.int32)), self._put(rows >= 0),
-        layout=layout)
+    # The prompts are prefilled once, into a cache that holds the padded chunks, then fanned out.
+    cache, logits = self._prefill(params, _empty(self._layout(Bp, max(S, kv_cache.bucket(C)))),
+                                  tokens, valid)
+    cache, logits = _fan_out(cache, logits,
+                            self._put(np.where(rows >= 0, rows // G, 0).astype(np.int32)),
+                             self._put(rows >= 0), layout=layout)
     cache, out = self._run_decode(params, cache, logits, rows, settings, seed, layout)
     pos = np.repeat(np.asarray([len(p) for p in prompts]), G)
     return self._finish(out, rows, N, np.zeros(N, np.int32), pos, np.ones(N, bool), cache)
@@ -284,17 +310,16 @@ class Sampler:
     rows_old[:len(ids)] = [slot_of[int(c)] for c in ids]
     chunks = [[int(conv.last[c])] + [int(t) for t in new_tokens[c]] for c in ids]
     longest = max(len(c) for c in chunks)
-    C = kv_cache.bucket(longest)
+    C = _chunk_len(longest)
     m = int(conv.pos[ids].max())
     S = self._capacity(m + C + settings.max_new_tokens - 1, capacity)
-    chunk_span = min(kv_cache.bucket(m + C), S)
     tokens, valid = _left_pad(chunks, B, C, self.pad_id)
     rows = np.full((B,), -1, np.int64)
     rows[:len(ids)] = ids
     layout = self._layout(B, S)
-    cache, logits = _extend_prefill(params, conv.cache, self._put(tokens), self._put(valid),
-                                    self._put(rows_old), self._put(rows >= 0), layout=layout,
-                                    span=chunk_span)
+    # Compact the kept rows (closing the gaps), then prefill only the new tokens.
+    cache = _compact(conv.cache, self._put(rows_old), self._put(rows >= 0), layout=layout)
+    cache, logits = self._prefill(params, cache, tokens, valid)
     cache, out = self._run_decode(params, cache, logits, rows, settings, seed, layout)
     pos = conv.pos.copy()
     pos[ids] += [len(c) for c in chunks]

@@ -138,7 +138,8 @@ def test_sharded_mesh_equals_single_device(tiny):
 def test_same_bucket_does_not_recompile(tiny):
   sampler = _sampler(tiny)
   sampler.generate(tiny.params, _prompts([20, 3]), SAMPLED, seed=0)
-  programs = [sampling._start_prefill, sampling._decode, sampling._prepare]
+  programs = [sampling._empty, sampling._prefill, sampling._fan_out, sampling._decode,
+              sampling._prepare]
   before = [p._cache_size() for p in programs]
   # Different lengths (same 32-token prompt bucket), batch (same bucket of 2) and seed.
   sampler.generate(tiny.params, _prompts([31], seed=4) + _prompts([17], seed=5), SAMPLED, seed=9)
