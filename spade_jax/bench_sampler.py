@@ -38,6 +38,8 @@ def _hf_model(spec: str):
 
   from spade_jax import gguf_io
 
+  # As many torch threads as cores this process may use (XLA's CPU client uses them all too).
+  torch.set_num_threads(len(os.sched_getaffinity(0)))
   if spec not in gguf_io.EMBEDDED:
     raise SystemExit("--compare_transformers needs an embedded model spec (e.g. smollm2-135m)")
   path = gguf_io.embedded_gguf_path(spec)

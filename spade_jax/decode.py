@@ -5,8 +5,8 @@ writes their keys/values into the cache and returns the logits of the chunk's la
 (prompt logits are never computed); its layers run under `lax.scan`. `decode_step` feeds one
 token per row through layers unrolled over per-layer weights (see `prepare` for why). Attention
 (`_attend`) reads the cache in fixed blocks up to the live length, so a step's cost follows the
-live length, not the cache capacity, without a program per span. `decode_loop` is one `lax.while_loop` that
-exits when every row has stopped.
+live length, not the cache capacity, without a program per span. `decode_loop` is one
+`lax.while_loop` that exits when every row has stopped.
 
 Token selection: logits / T, then top-k (static k) and top-p, then a categorical draw with a key
 folded from (seed, row id, step). The reported log-prob follows `logprobs.token_logprobs`.

@@ -16,8 +16,8 @@ nothing. Only the new tokens are prefilled; the turn's final sampled token is fe
 reasons; rows not continued in a call have length 0 and reason "none".
 
 Shapes are bucketed (batch: powers of two; prompt chunk and cache capacity: `kv_cache.ladder`;
-prompts longer than MAX_CHUNK go in several chunks of one compiled program),
-so a second call of the same bucket reuses the compiled program. `extend` donates the previous
+prompts longer than MAX_CHUNK go in several chunks of one compiled program), so a second call
+of the same bucket reuses the compiled program. `extend` donates the previous
 cache: a `Conversations` value must not be used twice.
 """
 
