@@ -106,7 +106,7 @@ def get_config(arg=None):
     c.designer.max_new_tokens = 192
     c.hint.max_new_tokens = 32
     c.corpus.max_words = 120
-    c.optim.remat = False
+    c.optim.micro_batch = 4  # bounds activation memory of the 16 x ~1k-token batch
   elif preset == "qwen3_4b":
     c.model = ""  # required: --config.model=/path/to/Qwen3-4B
     c.dtype = "bfloat16"
