@@ -93,5 +93,7 @@ def test_designer_samples_first_trimmed_to_global_batch_and_packed():
                                                            [0, 0, 0]])
   np.testing.assert_allclose(b["logp_behaviour_BT"][0, :3], [0, -1, -2])
   np.testing.assert_allclose(b["temperature_B"], [1.0, 0.6, 0.6, 1.0])
+  assert [batch.length_bucket(n) for n in (1, 64, 65, 96, 97, 200, 700)] == [
+      64, 64, 96, 96, 128, 256, 768]
   with pytest.raises(ValueError, match="lengths differ"):
     batch.pack([dict(designer[0], mask=[0, 1])], rows=1)

@@ -2,7 +2,8 @@
 
 The batch always has `global_batch` rows, so the train step compiles once per length bucket:
 extra samples are trimmed (agent samples go first), missing rows are empty (mask 0), which the
-loss ignores. Lengths are rounded up to a multiple of `multiple` tokens.
+loss ignores. Lengths are rounded up to a few buckets (`length_bucket`), so the varying lengths
+of episodes from step to step do not recompile the train step every time.
 """
 
 from __future__ import annotations
@@ -22,13 +23,23 @@ def assemble(designer: Sequence[dict[str, Any]], agent: Sequence[dict[str, Any]]
   return samples, n_designer
 
 
+def length_bucket(n: int, minimum: int = 64) -> int:
+  """The smallest of minimum * {1, 1.5} * 2^i that holds n: at most 50% padding."""
+  b = minimum
+  while True:
+    for size in (b, b * 3 // 2):
+      if size >= n:
+        return size
+    b *= 2
+
+
 def pack(samples: Sequence[dict[str, Any]], rows: int, multiple: int = 64,
          pad_id: int = 0) -> dict[str, np.ndarray]:
   """Samples with tokens/mask/logp/temperature/advantage -> right-padded learner arrays."""
   if len(samples) > rows:
     raise ValueError(f"{len(samples)} samples for a batch of {rows} rows")
   longest = max([len(s["tokens"]) for s in samples] + [1])
-  T = -(-longest // multiple) * multiple
+  T = length_bucket(longest, multiple)
   out = {
       "tokens_BT": np.full((rows, T), pad_id, np.int32),
       "loss_mask_BT": np.zeros((rows, T), np.float32),
