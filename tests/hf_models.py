@@ -1,5 +1,6 @@
 """Tiny random transformers models for parity tests (built in the test, saved as HF dirs)."""
 
+import numpy as np
 import torch
 import transformers
 
@@ -40,6 +41,6 @@ def build(name: str, seed: int = 0):
   return m
 
 
-def logits(m, tokens) -> "numpy.ndarray":
+def logits(m, tokens) -> np.ndarray:
   with torch.no_grad():
     return m(torch.as_tensor(tokens)).logits.float().numpy()
