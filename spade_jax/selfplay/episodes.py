@@ -182,19 +182,16 @@ def play(pool: Pool, sampler: sampling.Sampler, params, tokenizer, groups: Seque
       for sid, r in replies.items():
         row = row_of[sid]
         e = episodes[idx_of(c, row)]
-        if r.status is not Status.OK:
-          finish(e, "crash", -1.0, r.status.value)
-        elif r.terminated:
-          finish(e, "terminated", outcome(r.status, r.reward, True))
-          e.won = r.reward >= 1.0
-        elif r.truncated:
-          finish(e, "truncated", 0.0)
+        if r.done:  # the environment ended it (goal, its own turn limit) or it failed
+          how = "crash" if not r.ok else "terminated" if r.terminated else "truncated"
+          finish(e, how, outcome(r.status, r.reward, r.terminated), r.status.value)
+          e.won = r.ok and r.terminated and r.reward >= 1.0
+        elif e.turns >= limits.max_turns:
+          finish(e, "max_turns", 0.0)
+          ended.append(sid)
         else:
           nxt = tok_lib.user_turn_tokens(tokenizer, r.observation, c.last_turn[row])
-          if e.turns >= limits.max_turns:
-            finish(e, "max_turns", 0.0)
-            ended.append(sid)
-          elif len(e.tokens) + len(nxt) + settings.max_new_tokens > limits.context:
+          if len(e.tokens) + len(nxt) + settings.max_new_tokens > limits.context:
             finish(e, "context", 0.0)
             ended.append(sid)
           else:

@@ -92,8 +92,8 @@ def rewards(w: Window, rcfg, lp_state: dict[str, list[float]]
   else:
     raise ValueError(f"unknown designer reward variant {rcfg.variant!r}; "
                      f"known: {rl.DESIGNER_REWARDS}")
-  for e, value in zip(env_ids, np.atleast_1d(r)):
-    stats[e]["reward"] = float(value)
+  for e, value, a in zip(env_ids, np.atleast_1d(r), rl.anchor(win, **band)):
+    stats[e].update(reward=float(value), anchor=float(a))
   return {e: stats[e]["reward"] for e in env_ids}, stats, lp_state
 
 

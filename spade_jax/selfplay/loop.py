@@ -250,11 +250,10 @@ def _close_window(c, host) -> tuple[list[dict[str, Any]], dict[str, Any]]:
   if not stats:
     return paid, {}
   vals = lambda key: [s[key] for s in stats.values()]
-  anchors = rl.anchor(vals("win_rate"), c.reward.band_low, c.reward.band_high, c.reward.ramp)
   return paid, {"designer_reward_mean": float(np.mean(vals("reward"))),
                 "designer_regret_mean": float(np.mean(vals("regret"))),
                 "designer_win_rate_mean": float(np.mean(vals("win_rate"))),
-                "designer_anchor_mean": float(np.mean(anchors)),
+                "designer_anchor_mean": float(np.mean(vals("anchor"))),
                 "designer_paid": len(paid)}
 
 
