@@ -13,6 +13,7 @@ G = H // K query heads per kv head, Dh head dim, F ffn, V vocab, L layers.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -206,25 +207,66 @@ def apply_rope(x_BTND, cos_BTd, sin_BTd):
 
 
 def attention(q_BTHD, k_BSKD, v_BSKD, mask_BTS):
-  """Grouped-query attention; softmax in float32. Fully masked query rows give zeros."""
+  """Grouped-query attention; softmax in float32. Fully masked query rows give zeros.
+
+  Each kv head's G query heads are stacked along the query axis, so both products are plain
+  [G*T, Dh] x [Dh, S] matmuls batched over (batch, kv head).
+  """
   B, T, H, Dh = q_BTHD.shape
   K = k_BSKD.shape[2]
-  q = q_BTHD.reshape(B, T, K, H // K, Dh)
-  scores = jnp.einsum("btkgd,bskd->bkgts", q, k_BSKD, preferred_element_type=jnp.float32)
-  scores = scores * (Dh ** -0.5)
+  G = H // K
+  q = q_BTHD.reshape(B, T, K, G, Dh).transpose(0, 2, 3, 1, 4).reshape(B, K, G * T, Dh)
+  k = k_BSKD.transpose(0, 2, 1, 3)
+  v = v_BSKD.transpose(0, 2, 1, 3)
+  scores = jnp.einsum("bkqd,bksd->bkqs", q, k, preferred_element_type=jnp.float32)
+  scores = (scores * (Dh ** -0.5)).reshape(B, K, G, T, -1)
   m = mask_BTS[:, None, None, :, :]
-  scores = jnp.where(m, scores, -1e30)
-  probs = jax.nn.softmax(scores, axis=-1)
-  probs = jnp.where(m, probs, 0.0).astype(v_BSKD.dtype)
-  out = jnp.einsum("bkgts,bskd->btkgd", probs, v_BSKD)
-  return out.reshape(B, T, H, Dh)
+  probs = jax.nn.softmax(jnp.where(m, scores, -1e30), axis=-1)
+  probs = probs * jnp.any(m, axis=-1, keepdims=True)  # zero rows that may attend to nothing
+  out = jnp.einsum("bkqs,bksd->bkqd", probs.reshape(B, K, G * T, -1).astype(v.dtype), v)
+  return out.reshape(B, K, G, T, Dh).transpose(0, 3, 1, 2, 4).reshape(B, T, H, Dh)
+
+
+def _as_matrices(x, w, n_in: int):
+  lead, ins, outs = x.shape[:-n_in], w.shape[:n_in], w.shape[n_in:]
+  return (x.reshape(math.prod(lead), math.prod(ins)), w.reshape(math.prod(ins), math.prod(outs)),
+          lead, outs)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def dense(x, w, n_in: int):
+  """Contracts the last `n_in` dims of `x` with the first `n_in` of `w`: [..., *in] -> [..., *out].
+
+  The same product as an einsum, with a backward pass written as two plain matmuls over the
+  flattened tokens (dx = dy w^T, dw = x^T dy). Left to autodiff, XLA's CPU backend folds the
+  weight-gradient transpose into the elementwise fusion that produces dy (a strided write of the
+  largest activation); here the transpose falls on the smaller operand and stays a plain copy.
+  """
+  x2, w2, lead, outs = _as_matrices(x, w, n_in)
+  return jnp.dot(x2, w2).reshape(*lead, *outs)
+
+
+def _dense_fwd(x, w, n_in):
+  return dense(x, w, n_in), (x, w)
+
+
+def _dense_bwd(n_in, res, dy):
+  x, w = res
+  x2, w2, lead, outs = _as_matrices(x, w, n_in)
+  dy2 = dy.reshape(x2.shape[0], w2.shape[1])
+  dx = jnp.dot(dy2, w2.T.astype(dy2.dtype)).astype(x.dtype).reshape(x.shape)
+  dw = jnp.dot(x2.T.astype(dy2.dtype), dy2, preferred_element_type=jnp.float32)
+  return dx, dw.astype(w.dtype).reshape(w.shape)
+
+
+dense.defvjp(_dense_fwd, _dense_bwd)
 
 
 def qkv(p, x_BTD, cos, sin, cfg: ModelConfig):
   """Projects one layer's input to rotated queries, keys and values."""
-  q = jnp.einsum("btd,dhk->bthk", x_BTD, p["wq"])
-  k = jnp.einsum("btd,dhk->bthk", x_BTD, p["wk"])
-  v = jnp.einsum("btd,dhk->bthk", x_BTD, p["wv"])
+  q = dense(x_BTD, p["wq"], 1)
+  k = dense(x_BTD, p["wk"], 1)
+  v = dense(x_BTD, p["wv"], 1)
   if cfg.qkv_bias:
     q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
   if cfg.qk_norm:
@@ -234,9 +276,9 @@ def qkv(p, x_BTD, cos, sin, cfg: ModelConfig):
 
 
 def mlp(p, x_BTD):
-  gate = jnp.einsum("btd,df->btf", x_BTD, p["w_gate"])
-  up = jnp.einsum("btd,df->btf", x_BTD, p["w_up"])
-  return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, p["w_down"])
+  gate = dense(x_BTD, p["w_gate"], 1)
+  up = dense(x_BTD, p["w_up"], 1)
+  return dense(jax.nn.silu(gate) * up, p["w_down"], 1)
 
 
 def cast(tree, cfg: ModelConfig):
@@ -276,7 +318,7 @@ def decoder_layer(p, x_BTD, cos, sin, mask_BTS, cfg: ModelConfig):
   """One pre-norm transformer block over a whole (uncached) sequence."""
   h = rms_norm(x_BTD, p["attn_norm"], cfg.norm_eps)
   q, k, v = qkv(p, h, cos, sin, cfg)
-  x_BTD = x_BTD + jnp.einsum("bthk,hkd->btd", attention(q, k, v, mask_BTS), p["wo"])
+  x_BTD = x_BTD + dense(attention(q, k, v, mask_BTS), p["wo"], 2)
   return x_BTD + mlp(p, rms_norm(x_BTD, p["mlp_norm"], cfg.norm_eps))
 
 

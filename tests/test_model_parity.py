@@ -70,3 +70,18 @@ def test_bfloat16_compute_is_close():
   assert bf16.dtype == jnp.float32  # logits always float32
   assert jax.tree.leaves(params)[0].dtype == jnp.float32  # master params untouched
   assert float(jnp.abs(f32 - bf16).max()) < 0.1
+
+
+@pytest.mark.parametrize("n_in", [1, 2])
+def test_dense_gradients_match_autodiff_of_einsum(n_in):
+  kx, kw, kd = jax.random.split(jax.random.key(3), 3)
+  x = jax.random.normal(kx, (2, 5, 3, 4) if n_in == 2 else (2, 5, 12))
+  w = jax.random.normal(kw, (3, 4, 7) if n_in == 2 else (12, 2, 7))
+  spec = "btij,ijo->bto" if n_in == 2 else "btd,dho->btho"
+  dy = jax.random.normal(kd, jnp.einsum(spec, x, w).shape)
+  ours = jax.vjp(lambda x, w: model.dense(x, w, n_in), x, w)
+  ref = jax.vjp(lambda x, w: jnp.einsum(spec, x, w), x, w)
+  np.testing.assert_allclose(ours[0], ref[0], atol=1e-5)
+  for a, b in zip(ours[1](dy), ref[1](dy)):
+    assert a.shape == b.shape and a.dtype == b.dtype
+    np.testing.assert_allclose(a, b, atol=1e-4)
