@@ -15,7 +15,9 @@ scored from the logits at t - 1, so loss_mask_BT[:, 0] must be 0):
   logp_behaviour_BT float32 (the sampler's log-probs; anything where the mask is 0),
   temperature_B float32 (the sampling temperature; `logprobs.token_logprobs` convention),
   optional positions_BT int32 and valid_BT bool (left padding; default 0..T-1 and all valid),
-  logp_ref_BT float32 only when kl_beta != 0 (no reference pass otherwise).
+  logp_ref_BT float32 only when kl_beta != 0 (no reference pass otherwise),
+  optional score_index_BM int32 (the positions to score, see `score_index`; built from the loss
+  mask when absent).
 """
 
 from __future__ import annotations
@@ -81,14 +83,30 @@ def optimizer(cfg: LearnerConfig) -> optax.GradientTransformation:
 # Scoring
 
 
-def _shift_left(x_BT, fill=0):
-  return jnp.concatenate([x_BT[:, 1:], jnp.full_like(x_BT[:, :1], fill)], axis=1)
+def score_index(loss_mask_BT, granularity: int = 0) -> np.ndarray:
+  """Host side: int32 [B, M], each row's positions t with loss_mask[t] != 0 in order, padded with
+  0 (position 0 is never scored). M is the longest row's count rounded up to `granularity`
+  (default T // 8), so the number of distinct shapes the step compiles for stays small."""
+  mask = np.asarray(loss_mask_BT) != 0
+  B, T = mask.shape
+  g = granularity or max(1, T // 8)
+  M = min(T, max(1, -(-int(mask.sum(axis=1).max()) // g) * g))
+  out = np.zeros((B, M), np.int32)
+  for b in range(B):
+    pos = np.flatnonzero(mask[b])
+    out[b, :len(pos)] = pos
+  return out
 
 
 def score(params, batch: Mapping[str, jax.Array], mcfg: model_lib.ModelConfig, chunk: int,
           remat: bool = False, entropy: bool = False):
   """Token-aligned log-probs [B, T] (index 0 is 0) and, optionally, entropies of the predicting
-  distributions, at each row's temperature. Logits exist one [B, chunk, V] block at a time."""
+  distributions, at each row's temperature.
+
+  With `score_index_BM` in the batch (see `score_index`) only those positions are scored and the
+  rest read 0: the output projection, the model's largest matmul, runs on trained tokens only.
+  Logits exist one [B, chunk, V] block at a time and are recomputed, not stored, for the backward.
+  """
   tokens = batch["tokens_BT"]
   B, T = tokens.shape
   valid = batch.get("valid_BT")
@@ -96,31 +114,35 @@ def score(params, batch: Mapping[str, jax.Array], mcfg: model_lib.ModelConfig, c
   h = model_lib.hidden_states(params, tokens, mcfg, batch.get("positions_BT"), mask_BTS, remat)
   head = model_lib.cast({k: params[k] for k in ("embed", "lm_head", "final_norm") if k in params},
                         mcfg)
-  C = min(chunk, T)
-  n = -(-T // C)
-  pad = n * C - T
-  targets = _shift_left(tokens)
-  if pad:
-    h = jnp.pad(h, ((0, 0), (0, pad), (0, 0)))
-    targets = jnp.pad(targets, ((0, 0), (0, pad)))
-  h_nBCD = h.reshape(B, n, C, -1).swapaxes(0, 1)
-  tgt_nBC = targets.reshape(B, n, C).swapaxes(0, 1)
-  temp_B = batch["temperature_B"]
+  idx = batch.get("score_index_BM")
+  if idx is None:
+    idx = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+  M = idx.shape[1]
+  C = min(chunk, M)
+  n = -(-M // C)
+  idx = jnp.pad(idx, ((0, 0), (0, n * C - M)))  # padding slots point at position 0: unscored
+  # The token at t is predicted from the hidden state at t - 1.
+  h_BMD = jnp.take_along_axis(h, jnp.maximum(idx - 1, 0)[..., None], axis=1)
+  h_BMD = model_lib.rms_norm(h_BMD, head["final_norm"], mcfg.norm_eps)
+  tgt_BM = jnp.take_along_axis(tokens, idx, axis=1)
+  inv_temp_B = 1.0 / logprobs.effective_temperature(batch["temperature_B"])
+  inv_temp_N = jnp.repeat(inv_temp_B, C)
+  w = head["embed"] if mcfg.tie_embeddings else head["lm_head"]
 
-  @jax.checkpoint  # keep only h per chunk for the backward pass, not the logits
-  def one_chunk(h_BCD, tgt_BC):
-    logits = model_lib.unembed(head, h_BCD, mcfg)
-    lp = logprobs.token_logprobs(logits, tgt_BC, temp_B)
-    ent = rl.token_entropy(jax.lax.stop_gradient(logits), temp_B) if entropy else None
-    return lp, ent
+  def one_chunk(h_BCD, tgt_BC):  # only h is kept for the backward pass, never the logits
+    lp, ent = logprobs.hidden_logprobs(h_BCD.reshape(B * C, -1), w, tgt_BC.reshape(-1),
+                                       inv_temp_N, mcfg.tie_embeddings)
+    return lp.reshape(B, C), (jax.lax.stop_gradient(ent).reshape(B, C) if entropy else None)
 
-  _, (lp_nBC, ent_nBC) = jax.lax.scan(lambda c, x: (c, one_chunk(*x)), None, (h_nBCD, tgt_nBC))
+  chunks = (h_BMD.reshape(B, n, C, -1).swapaxes(0, 1), tgt_BM.reshape(B, n, C).swapaxes(0, 1))
+  _, (lp_nBC, ent_nBC) = jax.lax.scan(lambda c, x: (c, one_chunk(*x)), None, chunks)
 
-  def align(x_nBC):  # prediction of token t+1 at t -> index t+1
-    x = x_nBC.swapaxes(0, 1).reshape(B, n * C)[:, :T]
-    return jnp.concatenate([jnp.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
+  rows = jnp.arange(B)[:, None]
+  def place(x_nBC):  # back to token positions; padding slots add 0 at position 0
+    x_BM = x_nBC.swapaxes(0, 1).reshape(B, n * C)
+    return jnp.zeros((B, T), x_BM.dtype).at[rows, idx].add(jnp.where(idx > 0, x_BM, 0.0))
 
-  return align(lp_nBC), (align(ent_nBC) if entropy else None)
+  return place(lp_nBC), (place(ent_nBC) if entropy else None)
 
 
 def loss_fn(params, mb, n_samples, mcfg: model_lib.ModelConfig, cfg: LearnerConfig):
@@ -232,7 +254,7 @@ def batch_fields(cfg: LearnerConfig) -> tuple[str, ...]:
 def validate_batch(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards: int = 1) -> None:
   """Host-side checks that turn bad input into a clear error instead of a NaN update."""
   required = batch_fields(cfg)
-  optional = ("positions_BT", "valid_BT")
+  optional = ("positions_BT", "valid_BT", "score_index_BM")
   missing = [k for k in required if k not in batch]
   extra = [k for k in batch if k not in required + optional]
   if missing or extra:
@@ -241,6 +263,11 @@ def validate_batch(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards:
   B, T = np.shape(batch["tokens_BT"])
   for k, v in batch.items():
     want = (B,) if k.endswith("_B") else (B, T)
+    if k == "score_index_BM":
+      want = (B, np.shape(v)[1] if np.ndim(v) == 2 else -1)
+      idx = np.asarray(v)
+      if idx.ndim == 2 and (idx.min(initial=0) < 0 or idx.max(initial=0) >= T):
+        raise ValueError(f"score_index_BM has positions outside [0, {T})")
     if np.shape(v) != want:
       raise ValueError(f"batch[{k!r}] has shape {np.shape(v)}, expected {want}")
   mask = np.asarray(batch["loss_mask_BT"])
@@ -297,6 +324,8 @@ def make_learner(model_cfg: model_lib.ModelConfig, cfg: LearnerConfig, mesh: Mes
                       jax.device_put(jax.random.PRNGKey(seed), rep))
 
   def jitted_step(state: TrainState, batch: Mapping[str, Any]):
+    if "score_index_BM" not in batch:
+      batch = dict(batch, score_index_BM=score_index(batch["loss_mask_BT"]))
     batch = {k: jax.device_put(v, s) for (k, v), s in zip(batch.items(), batch_sh(batch).values())}
     return jitted(batch)(state, batch)
 

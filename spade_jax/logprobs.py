@@ -13,8 +13,11 @@ Greedy rows (T <= 0) are scored at T = 1.0.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def effective_temperature(temperature_B):
@@ -33,3 +36,59 @@ def token_logprobs(logits_BTV, tokens_BT, temperature_B):
   scaled = logits_BTV.astype(jnp.float32) / t_B[:, None, None]
   picked = jnp.take_along_axis(scaled, tokens_BT[..., None].astype(jnp.int32), axis=-1)[..., 0]
   return picked - jax.nn.logsumexp(scaled, axis=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The learner's path: log-probs straight from hidden states, with a hand-written backward pass.
+
+
+def _head_logits(h_ND, w, vocab_major: bool):
+  dims = (((1,), (1,)), ((), ())) if vocab_major else (((1,), (0,)), ((), ()))
+  return jax.lax.dot_general(h_ND, w.astype(h_ND.dtype), dims,
+                             preferred_element_type=jnp.float32)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def hidden_logprobs(h_ND, w, tokens_N, inv_temp_N, vocab_major: bool):
+  """`token_logprobs` of the logits h @ w (w is [V, D] when `vocab_major`, else [D, V]), plus the
+  entropy of each tempered distribution (no gradient), as float32 [N] each.
+
+  One output projection per call and one in the backward pass, which recomputes the logits from
+  h rather than storing them: only h and the per-row log-normaliser are kept. The gradient of the
+  log-prob with respect to the logits is (onehot(token) - softmax) / T, formed in one pass.
+  """
+  logp, ent, _ = _hidden_logprobs_fwd_math(h_ND, w, tokens_N, inv_temp_N, vocab_major)
+  return logp, ent
+
+
+def _hidden_logprobs_fwd_math(h_ND, w, tokens_N, inv_temp_N, vocab_major):
+  z = _head_logits(h_ND, w, vocab_major) * inv_temp_N[:, None]
+  lse = jax.nn.logsumexp(z, axis=-1)
+  picked = jnp.take_along_axis(z, tokens_N[:, None].astype(jnp.int32), axis=-1)[:, 0]
+  ent = lse - jnp.sum(jnp.exp(z - lse[:, None]) * z, axis=-1)
+  return picked - lse, ent, lse
+
+
+def _hidden_logprobs_fwd(h_ND, w, tokens_N, inv_temp_N, vocab_major):
+  logp, ent, lse = _hidden_logprobs_fwd_math(h_ND, w, tokens_N, inv_temp_N, vocab_major)
+  return (logp, ent), (h_ND, w, tokens_N, inv_temp_N, lse)
+
+
+def _hidden_logprobs_bwd(vocab_major, res, cotangents):
+  h_ND, w, tokens_N, inv_temp_N, lse = res
+  g_N = cotangents[0]  # the entropy output carries no gradient
+  z = _head_logits(h_ND, w, vocab_major) * inv_temp_N[:, None]
+  onehot = jnp.arange(z.shape[1], dtype=jnp.int32)[None, :] == tokens_N[:, None]
+  dlogits = ((onehot - jnp.exp(z - lse[:, None])) * (g_N * inv_temp_N)[:, None]).astype(h_ND.dtype)
+  wc = w.astype(h_ND.dtype)
+  if vocab_major:  # w [V, D]
+    dh = jnp.dot(dlogits, wc)
+    dw = jnp.dot(h_ND.T, dlogits, preferred_element_type=jnp.float32).T
+  else:  # w [D, V]
+    dh = jax.lax.dot_general(dlogits, wc, (((1,), (1,)), ((), ())))
+    dw = jnp.dot(h_ND.T, dlogits, preferred_element_type=jnp.float32)
+  return (dh.astype(h_ND.dtype), dw.astype(w.dtype), np.zeros(tokens_N.shape, jax.dtypes.float0),
+          jnp.zeros_like(inv_temp_N))
+
+
+hidden_logprobs.defvjp(_hidden_logprobs_fwd, _hidden_logprobs_bwd)

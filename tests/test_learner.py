@@ -198,3 +198,43 @@ def test_non_finite_step_is_skipped_not_applied():
   assert float(m["skipped"]) == 1.0 and int(state.step) == 0
   for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(host(state.params))):
     np.testing.assert_array_equal(a, b)
+
+
+def test_score_index_rows_buckets_and_padding():
+  mask = np.zeros((3, 16), np.float32)
+  mask[0, [2, 5, 9]] = 1.0
+  mask[1, 1:12] = 1.0
+  idx = learner_lib.score_index(mask)  # granularity 16 // 8 = 2: longest row 11 -> 12 slots
+  assert idx.shape == (3, 12) and idx.dtype == np.int32
+  assert list(idx[0]) == [2, 5, 9] + [0] * 9
+  assert list(idx[1]) == list(range(1, 12)) + [0]
+  assert not idx[2].any()
+  assert learner_lib.score_index(np.ones((2, 16), np.float32)).shape == (2, 16)
+
+
+def test_scoring_trained_positions_only_is_exact_there_and_zero_elsewhere():
+  params = model_lib.init_params(CFG, jax.random.key(1))
+  batch = {k: jnp.asarray(v) for k, v in make_batch().items()}
+  idx = learner_lib.score_index(batch["loss_mask_BT"])
+  assert idx.shape[1] < T  # rows are compacted
+  fn = jax.jit(lambda p, b: learner_lib.score(p, b, CFG, chunk=5, entropy=True))
+  lp_all, ent_all = fn(params, batch)
+  lp, ent = fn(params, dict(batch, score_index_BM=jnp.asarray(idx)))
+  on = np.asarray(batch["loss_mask_BT"]) > 0
+  np.testing.assert_allclose(np.asarray(lp)[on], np.asarray(lp_all)[on], rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(ent)[on], np.asarray(ent_all)[on], rtol=1e-6, atol=1e-6)
+  assert not np.asarray(lp)[~on].any() and not np.asarray(ent)[~on].any()
+  # The gradient of the loss is the same whichever way the positions were scored.
+  grads = jax.jit(lambda p, b: learner_lib._grads(p, b, CFG, FULL, 0, None)[1])
+  g_all = grads(params, dict(batch, score_index_BM=jnp.broadcast_to(jnp.arange(T), (B, T))))
+  g_idx = grads(params, dict(batch, score_index_BM=jnp.asarray(idx)))
+  for a, b in zip(jax.tree.leaves(g_all), jax.tree.leaves(g_idx)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8)
+
+
+def test_score_index_out_of_range_is_rejected():
+  lrn, state = fresh(one_device_mesh(), FULL)
+  batch = make_batch()
+  batch["score_index_BM"] = np.full((B, 4), T, np.int32)
+  with pytest.raises(ValueError, match="score_index_BM"):
+    lrn.train_step(state, batch)
