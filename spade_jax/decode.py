@@ -51,19 +51,24 @@ class Loop(NamedTuple):
   logp_BN: jax.Array  # float32 [B, max_new]
 
 
-def prepare(params, cfg: model_lib.ModelConfig):
-  """Per-layer weights in the compute dtype and the output matrix as [D, V], made once per call.
+def prepare(params, cfg: model_lib.ModelConfig, vocab_major: bool = False):
+  """Per-layer weights in the compute dtype and the output matrix, made once per call.
 
   On CPU, slicing a layer out of the stacked weights inside the decode loop (which `lax.scan`
   over layers does) copies it on every step, and a transposed tied embedding is transposed on
   every step; both cost more than the step itself. Run this as its own jitted program so the
-  results are materialised once per sampling call.
+  results are materialised once per sampling call. The output matrix is [V, D] when
+  `vocab_major` (a tied embedding as it is: faster for a batch of rows) or [D, V] (faster for a
+  single row).
   """
   p = model_lib.cast(params, cfg)
   layers = [jax.tree.map(lambda a, i=i: a[i], p["layers"]) for i in range(cfg.n_layers)]
-  head_DV = p["embed"].T if cfg.tie_embeddings else p["lm_head"]
-  return {"embed": p["embed"], "layers": layers, "final_norm": p["final_norm"],
-          "head_DV": head_DV}
+  vocab_major = vocab_major and cfg.vocab_size != cfg.d_model  # the shape tells which it is
+  if cfg.tie_embeddings:
+    head = p["embed"] if vocab_major else p["embed"].T
+  else:
+    head = p["lm_head"].T if vocab_major else p["lm_head"]
+  return {"embed": p["embed"], "layers": layers, "final_norm": p["final_norm"], "head": head}
 
 
 def _chunk_inputs(cache: Cache, valid_BC):
@@ -139,9 +144,10 @@ def _layer(p, x, k_BKSD, v_BKSD, cos, sin, start, attend, cfg: model_lib.ModelCo
   return x, k_BKSD, v_BKSD
 
 
-def _logits(final_norm, head_DV, x_BCD, cfg):
+def _logits(final_norm, head, x_BCD, cfg, vocab_major: bool = False):
   h = model_lib.rms_norm(x_BCD[:, -1], final_norm, cfg.norm_eps)
-  return jnp.einsum("bd,dv->bv", h, head_DV, preferred_element_type=jnp.float32)
+  return jnp.einsum("bd,vd->bv" if vocab_major else "bd,dv->bv", h, head,
+                    preferred_element_type=jnp.float32)
 
 
 def prefill_chunk(params, cache: Cache, tokens_BC, valid_BC, cfg: model_lib.ModelConfig):
@@ -194,7 +200,8 @@ def decode_step(w, cache: Cache, tok_B, live_B, cfg: model_lib.ModelConfig):
   x = jnp.take(w["embed"], tok_B[:, None], axis=0)
   for l, p in enumerate(w["layers"]):
     x, ks[l], vs[l] = _layer(p, x, ks[l], vs[l], cos, sin, cache.length, attend, cfg)
-  logits_BV = _logits(w["final_norm"], w["head_DV"], x, cfg)
+  vocab_major = w["head"].shape[0] == cfg.vocab_size != cfg.d_model
+  logits_BV = _logits(w["final_norm"], w["head"], x, cfg, vocab_major)
   return logits_BV, Cache(tuple(ks), tuple(vs), valid_BS, cache.length + 1,
                           cache.pos_B + live_B.astype(jnp.int32))
 

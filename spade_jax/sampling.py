@@ -121,7 +121,10 @@ MAX_CHUNK = 256
 # the batch, chunk and capacity buckets), a repack (fan-out of the G samples / compaction), and
 # the decode loop (keyed only on the batch and capacity buckets, so a new prompt or observation
 # length never recompiles the expensive part).
-_prepare = jax.jit(decode.prepare, static_argnames=("cfg",))
+_prepare = jax.jit(decode.prepare, static_argnames=("cfg", "vocab_major"))
+
+# From this many rows on, the decode step's output projection reads the [V, D] matrix.
+VOCAB_MAJOR_FROM = 4
 
 
 @functools.partial(jax.jit, static_argnames=("layout",))
@@ -210,7 +213,8 @@ class Sampler:
     return _Decoding(settings.max_new_tokens, settings.top_k, settings.temperature == 0, eos, stop)
 
   def _run_decode(self, params, cache, logits_BV, rows, settings, seed, layout):
-    return _decode(_prepare(params, cfg=self.cfg), cache, logits_BV, self._put(rows >= 0),
+    w = _prepare(params, cfg=self.cfg, vocab_major=layout.B >= VOCAB_MAJOR_FROM)
+    return _decode(w, cache, logits_BV, self._put(rows >= 0),
                    self._params(rows, settings, seed), layout=layout,
                    dec=self._decoding(settings))
 

@@ -166,3 +166,16 @@ def test_smollm2_greedy_matches_transformers(smollm2, smollm2_hf):
     cut = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
     assert got == row[:cut]
   assert out.lengths.sum() >= 128  # most of the 4 x 64 tokens are really compared
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_output_matrix_orientations_give_the_same_logits(tied):
+  from spade_jax import decode
+  cfg = model_lib.PRESETS["tiny"].replace(tie_embeddings=tied)
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  x = jax.random.normal(jax.random.key(1), (3, 2, cfg.d_model))
+  a, b = (decode.prepare(params, cfg, vocab_major=m) for m in (False, True))
+  assert b["head"].shape == (cfg.vocab_size, cfg.d_model)
+  la = decode._logits(a["final_norm"], a["head"], x, cfg, False)
+  lb = decode._logits(b["final_norm"], b["head"], x, cfg, True)
+  np.testing.assert_allclose(la, lb, rtol=1e-5, atol=1e-5)
