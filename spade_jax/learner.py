@@ -125,13 +125,12 @@ def score(params, batch: Mapping[str, jax.Array], mcfg: model_lib.ModelConfig, c
   h_BMD = jnp.take_along_axis(h, jnp.maximum(idx - 1, 0)[..., None], axis=1)
   h_BMD = model_lib.rms_norm(h_BMD, head["final_norm"], mcfg.norm_eps)
   tgt_BM = jnp.take_along_axis(tokens, idx, axis=1)
-  inv_temp_B = 1.0 / logprobs.effective_temperature(batch["temperature_B"])
-  inv_temp_N = jnp.repeat(inv_temp_B, C)
+  temp_N = jnp.repeat(batch["temperature_B"].astype(jnp.float32), C)
   w = head["embed"] if mcfg.tie_embeddings else head["lm_head"]
 
   def one_chunk(h_BCD, tgt_BC):  # only h is kept for the backward pass, never the logits
     lp, ent = logprobs.hidden_logprobs(h_BCD.reshape(B * C, -1), w, tgt_BC.reshape(-1),
-                                       inv_temp_N, mcfg.tie_embeddings)
+                                       temp_N, mcfg.tie_embeddings)
     return lp.reshape(B, C), (jax.lax.stop_gradient(ent).reshape(B, C) if entropy else None)
 
   chunks = (h_BMD.reshape(B, n, C, -1).swapaxes(0, 1), tgt_BM.reshape(B, n, C).swapaxes(0, 1))
@@ -263,10 +262,9 @@ def validate_batch(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards:
   B, T = np.shape(batch["tokens_BT"])
   for k, v in batch.items():
     want = (B,) if k.endswith("_B") else (B, T)
-    if k == "score_index_BM":
-      want = (B, np.shape(v)[1] if np.ndim(v) == 2 else -1)
-      idx = np.asarray(v)
-      if idx.ndim == 2 and (idx.min(initial=0) < 0 or idx.max(initial=0) >= T):
+    if k == "score_index_BM":  # [B, M] for any M, positions inside the sequence
+      want = (B, np.shape(v)[-1] if np.ndim(v) == 2 else -1)
+      if np.size(v) and (np.min(v) < 0 or np.max(v) >= T):
         raise ValueError(f"score_index_BM has positions outside [0, {T})")
     if np.shape(v) != want:
       raise ValueError(f"batch[{k!r}] has shape {np.shape(v)}, expected {want}")
@@ -306,7 +304,8 @@ def make_learner(model_cfg: model_lib.ModelConfig, cfg: LearnerConfig, mesh: Mes
   def batch_sh(batch):
     return {k: sharding.batch_sharding(mesh, rules, np.ndim(v)) for k, v in batch.items()}
 
-  step_fn = functools.partial(_train_step, mcfg=model_cfg, cfg=cfg, tx=tx, batch_layout=batch_layout)
+  step_fn = functools.partial(_train_step, mcfg=model_cfg, cfg=cfg, tx=tx,
+                              batch_layout=batch_layout)
   jitted_by_fields: dict[tuple, Any] = {}
 
   def jitted(batch):

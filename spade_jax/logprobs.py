@@ -26,16 +26,30 @@ def effective_temperature(temperature_B):
   return jnp.where(t > 0, t, 1.0)
 
 
+def tempered(logits_BTV, temperature_B):
+  """logits / T in float32, at each row's effective temperature ([B] or scalar T)."""
+  t_B = jnp.broadcast_to(effective_temperature(temperature_B), logits_BTV.shape[:1])
+  return logits_BTV.astype(jnp.float32) / t_B.reshape(-1, *([1] * (logits_BTV.ndim - 1)))
+
+
+def _picked(z, tokens):
+  """z[..., token] for each position."""
+  return jnp.take_along_axis(z, tokens[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+
+def entropy(z, lse):
+  """Entropy of softmax(z) along the last axis, given its log-normaliser lse = logsumexp(z)."""
+  return lse - jnp.sum(jnp.exp(z - lse[..., None]) * z, axis=-1)
+
+
 def token_logprobs(logits_BTV, tokens_BT, temperature_B):
   """log_softmax(logits / T)[token] in float32, shape [B, T].
 
   logits_BTV: [B, T, V] logits that predict tokens_BT (already shifted by the caller).
   temperature_B: [B] (or scalar) per-row temperature; T <= 0 means greedy and is scored at 1.0.
   """
-  t_B = jnp.broadcast_to(effective_temperature(temperature_B), logits_BTV.shape[:1])
-  scaled = logits_BTV.astype(jnp.float32) / t_B[:, None, None]
-  picked = jnp.take_along_axis(scaled, tokens_BT[..., None].astype(jnp.int32), axis=-1)[..., 0]
-  return picked - jax.nn.logsumexp(scaled, axis=-1)
+  z = tempered(logits_BTV, temperature_B)
+  return _picked(z, tokens_BT) - jax.nn.logsumexp(z, axis=-1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -49,7 +63,7 @@ def _head_logits(h_ND, w, vocab_major: bool):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def hidden_logprobs(h_ND, w, tokens_N, inv_temp_N, vocab_major: bool):
+def hidden_logprobs(h_ND, w, tokens_N, temperature_N, vocab_major: bool):
   """`token_logprobs` of the logits h @ w (w is [V, D] when `vocab_major`, else [D, V]), plus the
   entropy of each tempered distribution (no gradient), as float32 [N] each.
 
@@ -57,29 +71,28 @@ def hidden_logprobs(h_ND, w, tokens_N, inv_temp_N, vocab_major: bool):
   h rather than storing them: only h and the per-row log-normaliser are kept. The gradient of the
   log-prob with respect to the logits is (onehot(token) - softmax) / T, formed in one pass.
   """
-  logp, ent, _ = _hidden_logprobs_fwd_math(h_ND, w, tokens_N, inv_temp_N, vocab_major)
+  logp, ent, _ = _hidden_logprobs_fwd_math(h_ND, w, tokens_N, temperature_N, vocab_major)
   return logp, ent
 
 
-def _hidden_logprobs_fwd_math(h_ND, w, tokens_N, inv_temp_N, vocab_major):
-  z = _head_logits(h_ND, w, vocab_major) * inv_temp_N[:, None]
+def _hidden_logprobs_fwd_math(h_ND, w, tokens_N, temperature_N, vocab_major):
+  z = tempered(_head_logits(h_ND, w, vocab_major), temperature_N)
   lse = jax.nn.logsumexp(z, axis=-1)
-  picked = jnp.take_along_axis(z, tokens_N[:, None].astype(jnp.int32), axis=-1)[:, 0]
-  ent = lse - jnp.sum(jnp.exp(z - lse[:, None]) * z, axis=-1)
-  return picked - lse, ent, lse
+  return _picked(z, tokens_N) - lse, entropy(z, lse), lse
 
 
-def _hidden_logprobs_fwd(h_ND, w, tokens_N, inv_temp_N, vocab_major):
-  logp, ent, lse = _hidden_logprobs_fwd_math(h_ND, w, tokens_N, inv_temp_N, vocab_major)
-  return (logp, ent), (h_ND, w, tokens_N, inv_temp_N, lse)
+def _hidden_logprobs_fwd(h_ND, w, tokens_N, temperature_N, vocab_major):
+  logp, ent, lse = _hidden_logprobs_fwd_math(h_ND, w, tokens_N, temperature_N, vocab_major)
+  return (logp, ent), (h_ND, w, tokens_N, temperature_N, lse)
 
 
 def _hidden_logprobs_bwd(vocab_major, res, cotangents):
-  h_ND, w, tokens_N, inv_temp_N, lse = res
+  h_ND, w, tokens_N, temperature_N, lse = res
   g_N = cotangents[0]  # the entropy output carries no gradient
-  z = _head_logits(h_ND, w, vocab_major) * inv_temp_N[:, None]
+  z = tempered(_head_logits(h_ND, w, vocab_major), temperature_N)
   onehot = jnp.arange(z.shape[1], dtype=jnp.int32)[None, :] == tokens_N[:, None]
-  dlogits = ((onehot - jnp.exp(z - lse[:, None])) * (g_N * inv_temp_N)[:, None]).astype(h_ND.dtype)
+  scale_N = g_N / effective_temperature(temperature_N)
+  dlogits = ((onehot - jnp.exp(z - lse[:, None])) * scale_N[:, None]).astype(h_ND.dtype)
   wc = w.astype(h_ND.dtype)
   if vocab_major:  # w [V, D]
     dh = jnp.dot(dlogits, wc)
@@ -88,7 +101,7 @@ def _hidden_logprobs_bwd(vocab_major, res, cotangents):
     dh = jax.lax.dot_general(dlogits, wc, (((1,), (1,)), ((), ())))
     dw = jnp.dot(h_ND.T, dlogits, preferred_element_type=jnp.float32)
   return (dh.astype(h_ND.dtype), dw.astype(w.dtype), np.zeros(tokens_N.shape, jax.dtypes.float0),
-          jnp.zeros_like(inv_temp_N))
+          jnp.zeros_like(temperature_N))
 
 
 hidden_logprobs.defvjp(_hidden_logprobs_fwd, _hidden_logprobs_bwd)

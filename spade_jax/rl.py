@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spade_jax import logprobs
+
 
 def _finite_1d(name: str, x) -> np.ndarray:
   x = np.asarray(x, np.float64)
@@ -148,11 +150,8 @@ DESIGNER_REWARDS = ("blend", "solve_rate", "regret", "learning_potential")
 
 def token_entropy(logits_BTV, temperature_B):
   """Entropy of softmax(logits / T) per position, float32 [B, T]; T <= 0 (greedy) counts as 1."""
-  t = jnp.asarray(temperature_B, jnp.float32)
-  t = jnp.broadcast_to(jnp.where(t > 0, t, 1.0), logits_BTV.shape[:1])
-  z = logits_BTV.astype(jnp.float32) / t[:, None, None]
-  logp = jax.nn.log_softmax(z, axis=-1)
-  return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+  z = logprobs.tempered(logits_BTV, temperature_B)
+  return logprobs.entropy(z, jax.nn.logsumexp(z, axis=-1))
 
 
 def k3_kl(logp_BT, logp_ref_BT, clamp: float = 10.0):

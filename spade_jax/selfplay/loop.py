@@ -281,4 +281,5 @@ def _episode_stats(eps: list[episodes_lib.Episode]) -> dict[str, Any]:
       errors[e.status] = errors.get(e.status, 0) + 1
   return {"episodes": len(eps), "agent_return_mean": float(np.mean([e.ret for e in eps])),
           "agent_win_rate": float(np.mean([e.won for e in eps])),
-          "agent_turns_mean": float(np.mean([e.turns for e in eps])), "episode_ends": ends, "episode_errors": errors}
+          "agent_turns_mean": float(np.mean([e.turns for e in eps])), "episode_ends": ends,
+          "episode_errors": errors}
