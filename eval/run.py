@@ -33,6 +33,7 @@ from eval import benchmarks as bench_lib
 from eval import presets, samples, stats
 from eval.generation import make_generator
 from eval.protocol import Benchmark, Context, Protocol, Unavailable
+from spade_jax import hostmem
 
 CHUNK_PROMPTS = 8  # prompts sampled, graded and saved together
 
@@ -236,6 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   p.add_argument("--rescore", metavar="DIR", help="re-grade DIR/samples without a model")
   a = p.parse_args(argv)
+  hostmem.retain_freed_memory()
   try:
     if a.rescore:
       summary = rescore(a.rescore, a.out or os.path.join(a.rescore, "rescored"), a.data_dir)

@@ -14,6 +14,7 @@ import jax
 import ml_collections
 
 from spade_jax import config as config_lib
+from spade_jax import hostmem
 from spade_jax import loading
 from spade_jax import sampling
 from spade_jax import sharding
@@ -93,6 +94,7 @@ def parse(argv: Sequence[str]) -> ml_collections.ConfigDict:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+  hostmem.retain_freed_memory()
   sharding.initialize_distributed()
   try:
     c = parse(sys.argv[1:] if argv is None else argv)

@@ -199,11 +199,15 @@ def _update(state: TrainState, batch, mcfg, cfg, tx, micro, batch_layout):
   loss, grads, stats = _grads(state.params, batch, mcfg, cfg, micro, batch_layout)
   grad_norm = optax.tree.norm(grads)
   ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
-  new = TrainState(state.step + ok.astype(jnp.int32), keep(params, state.params),
-                   keep(opt_state, state.opt_state), state.rng)
+
+  def apply(params, opt_state):
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+  # A non-finite step leaves params and optimizer state untouched (a branch, not a select: the
+  # select would be one more pass over both).
+  params, opt_state = jax.lax.cond(ok, apply, lambda p, o: (p, o), state.params, state.opt_state)
+  new = TrainState(state.step + ok.astype(jnp.int32), params, opt_state, state.rng)
   metrics = dict(rl.finalize_stats(stats), loss=loss, grad_norm=grad_norm,
                  skipped=1.0 - ok.astype(jnp.float32))
   return new, metrics

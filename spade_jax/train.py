@@ -13,6 +13,7 @@ from typing import Sequence
 import ml_collections
 
 from spade_jax import config as config_lib
+from spade_jax import hostmem
 from spade_jax import sharding
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -66,6 +67,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+  hostmem.retain_freed_memory()
   sharding.initialize_distributed()
   argv = sys.argv[1:] if argv is None else argv
   try:
