@@ -179,3 +179,25 @@ def test_output_matrix_orientations_give_the_same_logits(tied):
   la = decode._logits(a["final_norm"], a["head"], x, cfg, False)
   lb = decode._logits(b["final_norm"], b["head"], x, cfg, True)
   np.testing.assert_allclose(la, lb, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("qkv_bias", [False, True])
+def test_decode_step_matches_forward_in_both_weight_orientations(qkv_bias):
+  """Prefill then one decode step through `prepare`'s weights gives the full forward's logits,
+  with the output matrix either way round."""
+  from spade_jax import decode, kv_cache
+  cfg = model_lib.PRESETS["tiny"].replace(qkv_bias=qkv_bias)
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  if qkv_bias:  # non-zero biases, so that their place in the fused projection is checked
+    for i, n in enumerate(("bq", "bk", "bv")):
+      params["layers"][n] = jax.random.normal(jax.random.key(7 + i), params["layers"][n].shape)
+  tokens = jax.random.randint(jax.random.key(2), (2, 9), 0, cfg.vocab_size)
+  want = model_lib.forward(params, tokens, cfg)[:, -1]
+  cache = kv_cache.empty(cfg, 2, 16)
+  _, cache = decode.prefill_chunk(params, cache, tokens[:, :-1], jnp.ones((2, 8), bool), cfg)
+  for major in (False, True):
+    w = decode.prepare(params, cfg, vocab_major=major)
+    assert w["head"].shape == ((cfg.vocab_size, cfg.d_model) if major else
+                               (cfg.d_model, cfg.vocab_size))
+    got, _ = decode.decode_step(w, cache, tokens[:, -1], jnp.ones(2, bool), cfg)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
