@@ -149,8 +149,7 @@ def _layer(p, x, k_BKSD, v_BKSD, cos, sin, start, attend, cfg: model_lib.ModelCo
 
 def _logits(final_norm, head, x_BCD, cfg, vocab_major: bool = False):
   h = model_lib.rms_norm(x_BCD[:, -1], final_norm, cfg.norm_eps)
-  return jnp.einsum("bd,vd->bv" if vocab_major else "bd,dv->bv", h, head,
-                    preferred_element_type=jnp.float32)
+  return logprobs.head_logits(h, head, vocab_major)
 
 
 def prefill_chunk(params, cache: Cache, tokens_BC, valid_BC, cfg: model_lib.ModelConfig):

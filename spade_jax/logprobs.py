@@ -56,7 +56,8 @@ def token_logprobs(logits_BTV, tokens_BT, temperature_B):
 # The learner's path: log-probs straight from hidden states, with a hand-written backward pass.
 
 
-def _head_logits(h_ND, w, vocab_major: bool):
+def head_logits(h_ND, w, vocab_major: bool):
+  """Float32 logits h @ w for an output matrix w stored [V, D] (`vocab_major`) or [D, V]."""
   dims = (((1,), (1,)), ((), ())) if vocab_major else (((1,), (0,)), ((), ()))
   return jax.lax.dot_general(h_ND, w.astype(h_ND.dtype), dims,
                              preferred_element_type=jnp.float32)
@@ -76,7 +77,7 @@ def hidden_logprobs(h_ND, w, tokens_N, temperature_N, vocab_major: bool):
 
 
 def _hidden_logprobs_fwd_math(h_ND, w, tokens_N, temperature_N, vocab_major):
-  z = tempered(_head_logits(h_ND, w, vocab_major), temperature_N)
+  z = tempered(head_logits(h_ND, w, vocab_major), temperature_N)
   lse = jax.nn.logsumexp(z, axis=-1)
   return _picked(z, tokens_N) - lse, entropy(z, lse), lse
 
@@ -89,7 +90,7 @@ def _hidden_logprobs_fwd(h_ND, w, tokens_N, temperature_N, vocab_major):
 def _hidden_logprobs_bwd(vocab_major, res, cotangents):
   h_ND, w, tokens_N, temperature_N, lse = res
   g_N = cotangents[0]  # the entropy output carries no gradient
-  z = tempered(_head_logits(h_ND, w, vocab_major), temperature_N)
+  z = tempered(head_logits(h_ND, w, vocab_major), temperature_N)
   onehot = jnp.arange(z.shape[1], dtype=jnp.int32)[None, :] == tokens_N[:, None]
   scale_N = g_N / effective_temperature(temperature_N)
   dlogits = ((onehot - jnp.exp(z - lse[:, None])) * scale_N[:, None]).astype(h_ND.dtype)
