@@ -99,24 +99,29 @@ def repack(cache: Cache, rows_B, keep_B, S: int) -> Cache:
 
   Each kept row's valid slots move, in order, to [m - count_b, m) with m = max kept count, so the
   shared write pointer becomes m and no gaps remain. Rows with keep_B False come out empty.
-  Requires m <= S (the caller knows every row's count).
+  Requires m <= S (the caller knows every row's count). Only the first min(S, S_old) slots can
+  hold anything (m <= both), so the gather runs over those and the rest of the new cache is
+  zeros: fanning a prompt cache out into a large capacity costs the prompt, not the capacity.
   """
   valid = cache.valid_BS[rows_B] & keep_B[:, None]
   count_B = valid.sum(-1).astype(jnp.int32)
   m = count_B.max()
   S_old = valid.shape[1]
+  W = min(S, S_old)
   # Stable order with the valid slots first: src_BS[b, r] is the slot of row b's r-th token.
   src_BS = jnp.argsort(~valid, axis=-1, stable=True).astype(jnp.int32)
-  rank_BS = jnp.arange(S, dtype=jnp.int32)[None, :] - (m - count_B)[:, None]
-  new_valid = (rank_BS >= 0) & (rank_BS < count_B[:, None])
-  gather_BS = jnp.take_along_axis(src_BS, jnp.clip(rank_BS, 0, S_old - 1), axis=-1)
+  rank_BW = jnp.arange(W, dtype=jnp.int32)[None, :] - (m - count_B)[:, None]
+  new_valid = (rank_BW >= 0) & (rank_BW < count_B[:, None])
+  gather_BW = jnp.take_along_axis(src_BS, jnp.clip(rank_BW, 0, S_old - 1), axis=-1)
 
   def move(kv_BKSD):
     kv = kv_BKSD[rows_B]
     B, K, _, Dh = kv.shape
-    idx = jnp.broadcast_to(gather_BS[:, None, :, None], (B, K, S, Dh))
-    return jnp.where(new_valid[:, None, :, None], jnp.take_along_axis(kv, idx, axis=2),
-                     jnp.zeros((), kv.dtype))
+    idx = jnp.broadcast_to(gather_BW[:, None, :, None], (B, K, W, Dh))
+    out = jnp.where(new_valid[:, None, :, None], jnp.take_along_axis(kv, idx, axis=2),
+                    jnp.zeros((), kv.dtype))
+    return jnp.pad(out, ((0, 0), (0, 0), (0, S - W), (0, 0)))
 
-  return Cache(tuple(map(move, cache.k)), tuple(map(move, cache.v)), new_valid, m,
+  return Cache(tuple(map(move, cache.k)), tuple(map(move, cache.v)),
+               jnp.pad(new_valid, ((0, 0), (0, S - W))), m,
                jnp.where(keep_B, cache.pos_B[rows_B], 0))

@@ -284,9 +284,10 @@ class Sampler:
     rows = np.full((B,), -1, np.int64)
     rows[:N] = np.arange(N)
     layout = self._layout(B, S)
-    # The prompts are prefilled once, into a cache that holds the padded chunks, then fanned out.
-    cache, logits = self._prefill(params, _empty(self._layout(Bp, max(S, kv_cache.bucket(C)))),
-                                  tokens, valid)
+    # The prompts are prefilled once, into a cache just large enough for the padded chunks, then
+    # fanned out into the full capacity (so neither step's cost grows with the capacity).
+    cache, logits = self._prefill(params, _empty(self._layout(Bp, kv_cache.bucket(C))), tokens,
+                                  valid)
     cache, logits = _fan_out(cache, logits,
                             self._put(np.where(rows >= 0, rows // G, 0).astype(np.int32)),
                              self._put(rows >= 0), layout=layout)
