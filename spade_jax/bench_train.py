@@ -4,8 +4,10 @@ Times full learner steps (forward, backward, AdamW on the GRPO loss; compile exc
 synthetic batch whose second half of every row is trained, and prints one JSON line with
 tokens_per_s (all B x T tokens per step), step_s, compile_s and, on an accelerator of known
 peak, mfu. `--compare_torch` also times the same step in PyTorch (transformers' model of the
-same GGUF, float32, the same loss, torch.optim.AdamW) in the same process, alternating one step
-of each so that machine load hits both alike, and adds torch_tokens_per_s and speedup.
+same GGUF, float32 weights, the same loss, torch.optim.AdamW; with `--dtype bfloat16` its
+forward and loss run under torch.autocast(bfloat16), PyTorch's own mixed precision) in the same
+process, alternating one step of each so that machine load hits both alike, and adds
+torch_tokens_per_s and speedup.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def synthetic_batch(B: int, T: int, vocab: int, seed: int = 0):
   }
 
 
-def torch_step_fn(spec: str, batch, lcfg: learner_lib.LearnerConfig):
+def torch_step_fn(spec: str, batch, lcfg: learner_lib.LearnerConfig, dtype: str = "float32"):
   """The same GRPO step in PyTorch, for the side-by-side comparison."""
   import torch
   from transformers import AutoModelForCausalLM
@@ -73,7 +75,8 @@ def torch_step_fn(spec: str, batch, lcfg: learner_lib.LearnerConfig):
 
   def step():
     opt.zero_grad(set_to_none=True)
-    logits = model(tok).logits[:, :-1].float() / temp
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
+      logits = model(tok).logits[:, :-1].float() / temp
     logp = torch.log_softmax(logits, -1).gather(-1, tok[:, 1:, None])[..., 0]
     old = logp.detach()
     ratio = torch.exp(logp - old)
@@ -115,7 +118,8 @@ def main(argv=None) -> None:
   state, m = lrn.train_step(state, batch)
   jax.block_until_ready(m)
   compile_s = time.perf_counter() - t0
-  torch_step = torch_step_fn(args.model, batch, lcfg) if args.compare_torch else None
+  torch_step = (torch_step_fn(args.model, batch, lcfg, args.dtype) if args.compare_torch
+                else None)
   if torch_step:
     torch_step()  # warm-up
 

@@ -143,7 +143,7 @@ def _layer(p, x, k_BKSD, v_BKSD, cos, sin, start, attend, cfg: model_lib.ModelCo
   v_BKSD = jax.lax.dynamic_update_slice(v_BKSD, jnp.swapaxes(v, 1, 2).astype(v_BKSD.dtype),
                                         (0, 0, start, 0))
   x = x + jnp.einsum("bthk,hkd->btd", attend(q, k_BKSD, v_BKSD), p["wo"])
-  x = x + model_lib.mlp(p, model_lib.rms_norm(x, p["mlp_norm"], cfg.norm_eps))
+  x = x + model_lib.mlp(p, model_lib.rms_norm(x, p["mlp_norm"], cfg.norm_eps), cfg)
   return x, k_BKSD, v_BKSD
 
 

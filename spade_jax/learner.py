@@ -112,8 +112,7 @@ def score(params, batch: Mapping[str, jax.Array], mcfg: model_lib.ModelConfig, c
   valid = batch.get("valid_BT")
   mask_BTS = None if valid is None else model_lib.default_mask(T, valid)
   h = model_lib.hidden_states(params, tokens, mcfg, batch.get("positions_BT"), mask_BTS, remat)
-  head = model_lib.cast({k: params[k] for k in ("embed", "lm_head", "final_norm") if k in params},
-                        mcfg)
+  head = {k: params[k] for k in ("embed", "lm_head", "final_norm") if k in params}
   idx = batch.get("score_index_BM")
   if idx is None:
     idx = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
@@ -123,7 +122,7 @@ def score(params, batch: Mapping[str, jax.Array], mcfg: model_lib.ModelConfig, c
   idx = jnp.pad(idx, ((0, 0), (0, n * C - M)))  # padding slots point at position 0: unscored
   # The token at t is predicted from the hidden state at t - 1.
   h_BMD = jnp.take_along_axis(h, jnp.maximum(idx - 1, 0)[..., None], axis=1)
-  h_BMD = model_lib.rms_norm(h_BMD, head["final_norm"], mcfg.norm_eps)
+  h_BMD = model_lib.rms_norm(h_BMD, head["final_norm"], mcfg.norm_eps).astype(mcfg.dtype)
   tgt_BM = jnp.take_along_axis(tokens, idx, axis=1)
   temp_N = jnp.repeat(batch["temperature_B"].astype(jnp.float32), C)
   w = head["embed"] if mcfg.tie_embeddings else head["lm_head"]

@@ -95,12 +95,13 @@ def _hidden_logprobs_bwd(vocab_major, res, cotangents):
   scale_N = g_N / effective_temperature(temperature_N)
   dlogits = ((onehot - jnp.exp(z - lse[:, None])) * scale_N[:, None]).astype(h_ND.dtype)
   wc = w.astype(h_ND.dtype)
+  f32 = jnp.float32
   if vocab_major:  # w [V, D]
-    dh = jnp.dot(dlogits, wc)
-    dw = jnp.dot(h_ND.T, dlogits, preferred_element_type=jnp.float32).T
+    dh = jnp.dot(dlogits, wc, preferred_element_type=f32)
+    dw = jnp.dot(h_ND.T, dlogits, preferred_element_type=f32).T
   else:  # w [D, V]
-    dh = jax.lax.dot_general(dlogits, wc, (((1,), (1,)), ((), ())))
-    dw = jnp.dot(h_ND.T, dlogits, preferred_element_type=jnp.float32)
+    dh = jax.lax.dot_general(dlogits, wc, (((1,), (1,)), ((), ())), preferred_element_type=f32)
+    dw = jnp.dot(h_ND.T, dlogits, preferred_element_type=f32)
   return (dh.astype(h_ND.dtype), dw.astype(w.dtype), np.zeros(tokens_N.shape, jax.dtypes.float0),
           jnp.zeros_like(temperature_N))
 

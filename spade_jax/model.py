@@ -223,7 +223,8 @@ def attention(q_BTHD, k_BSKD, v_BSKD, mask_BTS):
   m = mask_BTS[:, None, None, :, :]
   probs = jax.nn.softmax(jnp.where(m, scores, -1e30), axis=-1)
   probs = probs * jnp.any(m, axis=-1, keepdims=True)  # zero rows that may attend to nothing
-  out = jnp.einsum("bkqs,bksd->bkqd", probs.reshape(B, K, G * T, -1).astype(v.dtype), v)
+  out = jnp.einsum("bkqs,bksd->bkqd", probs.reshape(B, K, G * T, -1).astype(v.dtype), v,
+                   preferred_element_type=jnp.float32).astype(v.dtype)
   return out.reshape(B, K, G, T, Dh).transpose(0, 3, 1, 2, 4).reshape(B, T, H, Dh)
 
 
@@ -233,29 +234,63 @@ def _as_matrices(x, w, n_in: int):
           lead, outs)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def dense(x, w, n_in: int):
+def matmul(a, b):
+  """a @ b of 2-d arrays, accumulated and returned in float32 (bfloat16 inputs stay bfloat16).
+
+  Asking for a float32 result is what sends a bfloat16 product to XLA's CPU dot library (the
+  AVX-512 / AMX bfloat16 kernels); a bfloat16 result takes a much slower generic path.
+  """
+  return jnp.dot(a, b, preferred_element_type=jnp.float32)
+
+
+def transposed(a):
+  """a.T of a 2-d array, materialised as a row-major copy.
+
+  XLA's CPU backend runs a bfloat16 product in its dot library only when both operands are
+  row-major; a plain transpose is folded into the product instead, which then runs in float32 at
+  a third of the speed. A transpose written through a 3-d reshape stays a copy (one pass over
+  the smaller operand). Backends that fold it back lose nothing.
+  """
+  m, n = a.shape
+  g = next((g for g in (16, 8, 4, 2) if m % g == 0), 1)
+  return a.reshape(g, m // g, n).transpose(2, 0, 1).reshape(n, m)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def dense(x, w, n_in: int, dtype=None):
   """Contracts the last `n_in` dims of `x` with the first `n_in` of `w`: [..., *in] -> [..., *out].
 
-  The same product as an einsum, with a backward pass written as two plain matmuls over the
-  flattened tokens (dx = dy w^T, dw = x^T dy). Left to autodiff, XLA's CPU backend folds the
-  weight-gradient transpose into the elementwise fusion that produces dy (a strided write of the
-  largest activation); here the transpose falls on the smaller operand and stays a plain copy.
+  The same product as an einsum, with its operands cast to `dtype` (default: x's dtype), float32
+  accumulation and the result in x's dtype; the backward pass is two plain matmuls over the
+  flattened tokens (dx = dy w^T, dw = x^T dy) in the same operand dtype. Only the operands are
+  cast here: x and w are kept as given for the backward pass, so float32 activations with
+  bfloat16 products save float32 residuals (XLA's CPU backend upcasts a bfloat16 write into a
+  scanned stack by converting the whole stack on every layer). Left to autodiff, XLA's CPU
+  backend folds the weight-gradient transpose into the elementwise fusion that produces dy (a
+  strided write of the largest activation); here the transpose falls on x and stays a copy, so
+  in bfloat16 all three products run in the fast kernels.
   """
   x2, w2, lead, outs = _as_matrices(x, w, n_in)
-  return jnp.dot(x2, w2).reshape(*lead, *outs)
+  dt = dtype or x.dtype
+  return matmul(x2.astype(dt), w2.astype(dt)).astype(x.dtype).reshape(*lead, *outs)
 
 
-def _dense_fwd(x, w, n_in):
-  return dense(x, w, n_in), (x, w)
+def _dense_fwd(x, w, n_in, dtype):
+  return dense(x, w, n_in, dtype), (x, w)
 
 
-def _dense_bwd(n_in, res, dy):
+def _dense_bwd(n_in, dtype, res, dy):
   x, w = res
   x2, w2, lead, outs = _as_matrices(x, w, n_in)
-  dy2 = dy.reshape(x2.shape[0], w2.shape[1])
-  dx = jnp.dot(dy2, w2.T.astype(dy2.dtype)).astype(x.dtype).reshape(x.shape)
-  dw = jnp.dot(x2.T.astype(dy2.dtype), dy2, preferred_element_type=jnp.float32)
+  dt = dtype or x.dtype
+  dy2 = dy.reshape(x2.shape[0], w2.shape[1]).astype(dt)
+  # dx = dy w^T as a product over both operands' last dim (an explicit transpose of w would make
+  # XLA's CPU backend run it in float32); dw = x^T dy through a materialised x^T in bfloat16,
+  # where the transposed product has no fast kernel.
+  dx = jax.lax.dot_general(dy2, w2.astype(dt), (((1,), (1,)), ((), ())),
+                           preferred_element_type=jnp.float32).astype(x.dtype).reshape(x.shape)
+  x2t = x2.astype(dt).T if jnp.dtype(dt) == jnp.float32 else transposed(x2.astype(dt))
+  dw = matmul(x2t, dy2)
   return dx, dw.astype(w.dtype).reshape(w.shape)
 
 
@@ -264,9 +299,9 @@ dense.defvjp(_dense_fwd, _dense_bwd)
 
 def qkv(p, x_BTD, cos, sin, cfg: ModelConfig):
   """Projects one layer's input to rotated queries, keys and values."""
-  q = dense(x_BTD, p["wq"], 1)
-  k = dense(x_BTD, p["wk"], 1)
-  v = dense(x_BTD, p["wv"], 1)
+  q = dense(x_BTD, p["wq"], 1, cfg.dtype)
+  k = dense(x_BTD, p["wk"], 1, cfg.dtype)
+  v = dense(x_BTD, p["wv"], 1, cfg.dtype)
   if cfg.qkv_bias:
     q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
   if cfg.qk_norm:
@@ -275,10 +310,10 @@ def qkv(p, x_BTD, cos, sin, cfg: ModelConfig):
   return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
-def mlp(p, x_BTD):
-  gate = dense(x_BTD, p["w_gate"], 1)
-  up = dense(x_BTD, p["w_up"], 1)
-  return dense(jax.nn.silu(gate) * up, p["w_down"], 1)
+def mlp(p, x_BTD, cfg: ModelConfig):
+  gate = dense(x_BTD, p["w_gate"], 1, cfg.dtype)
+  up = dense(x_BTD, p["w_up"], 1, cfg.dtype)
+  return dense(jax.nn.silu(gate) * up, p["w_down"], 1, cfg.dtype)
 
 
 def cast(tree, cfg: ModelConfig):
@@ -300,8 +335,8 @@ def embed(params: Params, tokens_BT, cfg: ModelConfig):
 
 
 def unembed(params: Params, h_BTD, cfg: ModelConfig):
-  """Final norm + output projection; logits in float32."""
-  h = rms_norm(h_BTD, params["final_norm"], cfg.norm_eps)
+  """Final norm + output projection in the compute dtype; logits in float32."""
+  h = rms_norm(h_BTD, params["final_norm"], cfg.norm_eps).astype(jnp.dtype(cfg.dtype))
   w = params["embed"].T if cfg.tie_embeddings else params["lm_head"]
   return jnp.einsum("btd,dv->btv", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
 
@@ -318,19 +353,23 @@ def decoder_layer(p, x_BTD, cos, sin, mask_BTS, cfg: ModelConfig):
   """One pre-norm transformer block over a whole (uncached) sequence."""
   h = rms_norm(x_BTD, p["attn_norm"], cfg.norm_eps)
   q, k, v = qkv(p, h, cos, sin, cfg)
-  x_BTD = x_BTD + dense(attention(q, k, v, mask_BTS), p["wo"], 2)
-  return x_BTD + mlp(p, rms_norm(x_BTD, p["mlp_norm"], cfg.norm_eps))
+  x_BTD = x_BTD + dense(attention(q, k, v, mask_BTS), p["wo"], 2, cfg.dtype)
+  return x_BTD + mlp(p, rms_norm(x_BTD, p["mlp_norm"], cfg.norm_eps), cfg)
 
 
 def hidden_states(params: Params, tokens_BT, cfg: ModelConfig, positions_BT=None, mask_BTS=None,
                   remat: bool = False):
-  """Final-layer hidden states [B, T, D] (before the final norm), in the compute dtype."""
+  """Final-layer hidden states [B, T, D] (before the final norm) in float32.
+
+  Activations, norms and attention stay in float32 and the weights stay as given: each `dense`
+  casts its two operands to the compute dtype (`cfg.dtype`) and accumulates in float32, so in
+  bfloat16 only the products run in bfloat16 and the backward pass keeps float32 residuals.
+  """
   B, T = tokens_BT.shape
   if positions_BT is None:
     positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
   if mask_BTS is None:
     mask_BTS = default_mask(T)
-  params = cast(params, cfg)
   cos, sin = rope_tables(positions_BT, cfg.head_dim, cfg.rope_theta)
 
   def body(x, p):
@@ -338,7 +377,8 @@ def hidden_states(params: Params, tokens_BT, cfg: ModelConfig, positions_BT=None
 
   if remat:
     body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)
-  x, _ = jax.lax.scan(body, embed(params, tokens_BT, cfg), params["layers"])
+  x0 = jnp.take(params["embed"], tokens_BT, axis=0).astype(jnp.float32)
+  x, _ = jax.lax.scan(body, x0, params["layers"])
   return x
 
 

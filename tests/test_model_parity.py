@@ -1,5 +1,8 @@
 """Logit parity with transformers for tiny random Llama / Qwen2 / Qwen3 models, and export."""
 
+import functools
+import re
+
 import numpy as np
 import pytest
 
@@ -85,3 +88,31 @@ def test_dense_gradients_match_autodiff_of_einsum(n_in):
   for a, b in zip(ours[1](dy), ref[1](dy)):
     assert a.shape == b.shape and a.dtype == b.dtype
     np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [64, 37])
+def test_bfloat16_dense_products_stay_bfloat16_and_match_float32(rows):
+  """With compute dtype bfloat16, dense's product and both backward products take bfloat16
+  operands (float32 accumulation) in the compiled program: on CPU, XLA runs any bfloat16 product
+  it has no fast kernel for in float32 instead, silently, and a transposed operand is such a
+  case. Results and gradients stay within bfloat16 rounding of the float32 ones."""
+  kx, kw, kd = jax.random.split(jax.random.key(5), 3)
+  x = jax.random.normal(kx, (rows, 96))
+  w = jax.random.normal(kw, (96, 160)) / 10
+  dy = jax.random.normal(kd, (rows, 160))
+
+  def vjp(x, w, dtype):
+    y, pull = jax.vjp(lambda x, w: model.dense(x, w, 1, dtype), x, w)
+    return (y, *pull(dy))
+
+  got = jax.jit(functools.partial(vjp, dtype="bfloat16"))
+  for a, b in zip(got(x, w), vjp(x, w, None)):
+    assert a.dtype == jnp.float32
+    np.testing.assert_allclose(a, b, rtol=0.05, atol=0.05 * float(jnp.abs(b).max()))
+  if jax.devices()[0].platform != "cpu":
+    return
+  hlo = got.lower(x, w).compile().as_text()
+  dtype_of = dict(re.findall(r"%([\w.\-]+) = (\w+)\[", hlo))
+  dots = re.findall(r" dot\(%([\w.\-]+), %([\w.\-]+)\)", hlo)
+  assert len(dots) == 3, hlo
+  assert all(dtype_of[a] == dtype_of[b] == "bf16" for a, b in dots), dots
