@@ -115,19 +115,20 @@ def test_three_turn_continuation_equals_running_from_scratch(tiny):
 
 def test_cache_capacity_does_not_change_results(tiny):
   """A prompt cache fanned out into a large capacity, and a conversation compacted from it into a
-  smaller one, give the tokens and log-probs of the smallest fitting capacity."""
+  smaller one, give the tokens and log-probs of the smallest fitting capacity (the live slots
+  span two attention blocks)."""
   sampler = _sampler(tiny)
-  prompts, obs = _prompts([6, 13, 3], seed=8), _prompts([4, 9, 2], seed=9)
+  prompts, obs = _prompts([70, 13, 3], seed=8), _prompts([4, 9, 2], seed=9)
   small_conv, small = sampler.start(tiny.params, prompts, SAMPLED, seed=4)
-  big_conv, big = sampler.start(tiny.params, prompts, SAMPLED, seed=4, capacity=256)
-  assert big_conv.cache.valid_BS.shape[1] == 256 > small_conv.cache.valid_BS.shape[1]
+  big_conv, big = sampler.start(tiny.params, prompts, SAMPLED, seed=4, capacity=512)
+  assert big_conv.cache.valid_BS.shape[1] == 512 > small_conv.cache.valid_BS.shape[1]
   np.testing.assert_array_equal(small.tokens, big.tokens)
-  np.testing.assert_allclose(small.logprobs, big.logprobs, atol=1e-6, rtol=0)
+  np.testing.assert_allclose(small.logprobs, big.logprobs, atol=1e-5, rtol=0)
   _, small = sampler.extend(tiny.params, small_conv, obs, SAMPLED, seed=5)
   shrunk_conv, shrunk = sampler.extend(tiny.params, big_conv, obs, SAMPLED, seed=5)
-  assert shrunk_conv.cache.valid_BS.shape[1] < 256
+  assert shrunk_conv.cache.valid_BS.shape[1] < 512
   np.testing.assert_array_equal(small.tokens, shrunk.tokens)
-  np.testing.assert_allclose(small.logprobs, shrunk.logprobs, atol=1e-6, rtol=0)
+  np.testing.assert_allclose(small.logprobs, shrunk.logprobs, atol=1e-5, rtol=0)
 
 
 def test_sharded_mesh_equals_single_device(tiny):
