@@ -249,7 +249,7 @@ def transposed(a):
   XLA's CPU backend runs a bfloat16 product in its dot library only when both operands are
   row-major; a plain transpose is folded into the product instead, which then runs in float32 at
   a third of the speed. A transpose written through a 3-d reshape stays a copy (one pass over
-  the smaller operand). Backends that fold it back lose nothing.
+  `a`). Backends that fold it back lose nothing.
   """
   m, n = a.shape
   g = next((g for g in (16, 8, 4, 2) if m % g == 0), 1)
@@ -262,13 +262,12 @@ def dense(x, w, n_in: int, dtype=None):
 
   The same product as an einsum, with its operands cast to `dtype` (default: x's dtype), float32
   accumulation and the result in x's dtype; the backward pass is two plain matmuls over the
-  flattened tokens (dx = dy w^T, dw = x^T dy) in the same operand dtype. Only the operands are
-  cast here: x and w are kept as given for the backward pass, so float32 activations with
-  bfloat16 products save float32 residuals (XLA's CPU backend upcasts a bfloat16 write into a
-  scanned stack by converting the whole stack on every layer). Left to autodiff, XLA's CPU
-  backend folds the weight-gradient transpose into the elementwise fusion that produces dy (a
-  strided write of the largest activation); here the transpose falls on x and stays a copy, so
-  in bfloat16 all three products run in the fast kernels.
+  flattened tokens (dx = dy w^T, dw = x^T dy) with the same operand dtype. Only the operands are
+  cast here and x, w are saved as given, so float32 activations with bfloat16 products keep
+  float32 residuals (XLA's CPU backend turns each bfloat16 write into a scanned stack into a
+  convert of the whole stack). Left to autodiff, XLA's CPU backend folds the weight-gradient
+  transpose into the elementwise fusion that produces dy (a strided write of the largest
+  activation); here it falls on x instead.
   """
   x2, w2, lead, outs = _as_matrices(x, w, n_in)
   dt = dtype or x.dtype
@@ -284,9 +283,8 @@ def _dense_bwd(n_in, dtype, res, dy):
   x2, w2, lead, outs = _as_matrices(x, w, n_in)
   dt = dtype or x.dtype
   dy2 = dy.reshape(x2.shape[0], w2.shape[1]).astype(dt)
-  # dx = dy w^T as a product over both operands' last dim (an explicit transpose of w would make
-  # XLA's CPU backend run it in float32); dw = x^T dy through a materialised x^T in bfloat16,
-  # where the transposed product has no fast kernel.
+  # dx: a product over both operands' last dim (an explicit w.T would run in float32 on CPU).
+  # dw: in bfloat16 through a materialised x^T (see `transposed`); float32 has its own TN kernel.
   dx = jax.lax.dot_general(dy2, w2.astype(dt), (((1,), (1,)), ((), ())),
                            preferred_element_type=jnp.float32).astype(x.dtype).reshape(x.shape)
   x2t = x2.astype(dt).T if jnp.dtype(dt) == jnp.float32 else transposed(x2.astype(dt))
