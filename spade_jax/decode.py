@@ -175,7 +175,7 @@ def prefill_chunk(params, cache: Cache, tokens_BC, valid_BC, cfg: model_lib.Mode
     chunk = lambda a: jax.lax.dynamic_slice_in_dim(a, start, C, axis=2)
     return x, (chunk(k_l), chunk(v_l))
 
-  x = model_lib.embed(p_all, tokens_BC, cfg)
+  x = model_lib.embed(p_all, tokens_BC)
   x, (new_k, new_v) = jax.lax.scan(body, x, (p_all["layers"], jnp.stack(cache.k),
                                              jnp.stack(cache.v)))
   write = lambda a, n: jax.lax.dynamic_update_slice(a, n, (0, 0, start, 0))
@@ -199,7 +199,7 @@ def decode_step(w, cache: Cache, tok_B, live_B, cfg: model_lib.ModelConfig):
   cos, sin = model_lib.rope_tables(pos_BC, cfg.head_dim, cfg.rope_theta)
   attend = lambda q, k, v: _attend(q, k, v, valid_BS, slot_C, cache.length + 1)
   ks, vs = list(cache.k), list(cache.v)
-  x = jnp.take(w["embed"], tok_B[:, None], axis=0)
+  x = model_lib.embed(w, tok_B[:, None])
   for l, p in enumerate(w["layers"]):
     x, ks[l], vs[l] = _layer(p, x, ks[l], vs[l], cos, sin, cache.length, attend, cfg)
   vocab_major = w["head"].shape[0] == cfg.vocab_size != cfg.d_model

@@ -94,14 +94,10 @@ def _hidden_logprobs_bwd(vocab_major, res, cotangents):
   onehot = jnp.arange(z.shape[1], dtype=jnp.int32)[None, :] == tokens_N[:, None]
   scale_N = g_N / effective_temperature(temperature_N)
   dlogits = ((onehot - jnp.exp(z - lse[:, None])) * scale_N[:, None]).astype(h_ND.dtype)
-  wc = w.astype(h_ND.dtype)
-  f32 = jnp.float32
-  if vocab_major:  # w [V, D]
-    dh = jnp.dot(dlogits, wc, preferred_element_type=f32)
-    dw = jnp.dot(h_ND.T, dlogits, preferred_element_type=f32).T
-  else:  # w [D, V]
-    dh = jax.lax.dot_general(dlogits, wc, (((1,), (1,)), ((), ())), preferred_element_type=f32)
-    dw = jnp.dot(h_ND.T, dlogits, preferred_element_type=f32)
+  # dh contracts dlogits with w's vocabulary axis: the head product with the orientation swapped.
+  dh = head_logits(dlogits, w, not vocab_major)
+  dw = jnp.dot(h_ND.T, dlogits, preferred_element_type=jnp.float32)  # [D, V]
+  dw = dw.T if vocab_major else dw
   return (dh.astype(h_ND.dtype), dw.astype(w.dtype), np.zeros(tokens_N.shape, jax.dtypes.float0),
           jnp.zeros_like(temperature_N))
 

@@ -328,8 +328,9 @@ def cast(tree, cfg: ModelConfig):
 LayerFn = Callable[[jax.Array, Params, Any], tuple[jax.Array, Any]]
 
 
-def embed(params: Params, tokens_BT, cfg: ModelConfig):
-  return jnp.take(params["embed"], tokens_BT, axis=0).astype(jnp.dtype(cfg.dtype))
+def embed(params: Params, tokens_BT):
+  """Token embeddings in the embedding table's dtype."""
+  return jnp.take(params["embed"], tokens_BT, axis=0)
 
 
 def unembed(params: Params, h_BTD, cfg: ModelConfig):
@@ -375,8 +376,7 @@ def hidden_states(params: Params, tokens_BT, cfg: ModelConfig, positions_BT=None
 
   if remat:
     body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)
-  x0 = jnp.take(params["embed"], tokens_BT, axis=0).astype(jnp.float32)
-  x, _ = jax.lax.scan(body, x0, params["layers"])
+  x, _ = jax.lax.scan(body, embed(params, tokens_BT).astype(jnp.float32), params["layers"])
   return x
 
 
@@ -388,4 +388,4 @@ def forward(params: Params, tokens_BT, cfg: ModelConfig, positions_BT=None, mask
   left-padded rows pass positions counting from the first real token and `default_mask(T, valid)`.
   """
   h = hidden_states(params, tokens_BT, cfg, positions_BT, mask_BTS, remat)
-  return unembed(cast(params, cfg), h, cfg)
+  return unembed(params, h, cfg)

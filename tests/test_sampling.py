@@ -8,6 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from spade_jax import decode
+from spade_jax import kv_cache
 from spade_jax import loading
 from spade_jax import logprobs
 from spade_jax import model as model_lib
@@ -188,7 +190,6 @@ def test_smollm2_greedy_matches_transformers(smollm2, smollm2_hf):
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_output_matrix_orientations_give_the_same_logits(tied):
-  from spade_jax import decode
   cfg = model_lib.PRESETS["tiny"].replace(tie_embeddings=tied)
   params = model_lib.init_params(cfg, jax.random.key(0))
   x = jax.random.normal(jax.random.key(1), (3, 2, cfg.d_model))
@@ -203,10 +204,9 @@ def test_output_matrix_orientations_give_the_same_logits(tied):
 def test_decode_step_matches_forward_in_both_weight_orientations(qkv_bias):
   """Prefill then one decode step through `prepare`'s weights gives the full forward's logits,
   with the output matrix either way round."""
-  from spade_jax import decode, kv_cache
   cfg = model_lib.PRESETS["tiny"].replace(qkv_bias=qkv_bias)
   params = model_lib.init_params(cfg, jax.random.key(0))
-  if qkv_bias:  # non-zero biases, so that their place in the fused projection is checked
+  if qkv_bias:  # non-zero biases, so that their path through the prepared weights is checked
     for i, n in enumerate(("bq", "bk", "bv")):
       params["layers"][n] = jax.random.normal(jax.random.key(7 + i), params["layers"][n].shape)
   tokens = jax.random.randint(jax.random.key(2), (2, 9), 0, cfg.vocab_size)
