@@ -6,6 +6,12 @@ same weights, prompts and sampling settings (torch CPU, float32), measured in th
 ratio. Every row generates exactly `--new_tokens` tokens (EOS ignored) with the agent's settings
 (T 0.6, top-p 0.95, top-k 20). Batches and capacities take comma-separated lists, e.g.
 `--batch 1,8,32 --capacity 256,2048`.
+
+On an accelerator of known memory bandwidth each row also carries the memory roofline: a decode
+step must read every weight it multiplies (the embedding table only if it is tied to the output
+projection) and each row's live cache, so `roofline_tokens_per_s` = batch x bandwidth / those
+bytes, and `roofline_fraction` is the measured steady-state tokens/s over it (prefill and sampling
+included in the measured time, so it is a lower bound on how close decode runs to the roofline).
 """
 
 from __future__ import annotations
@@ -21,6 +27,22 @@ import numpy as np
 from spade_jax import loading
 from spade_jax import sampling
 from spade_jax import sharding
+
+
+# Peak memory bandwidth (bytes/s) by device kind substring (vendor datasheets), for the roofline.
+PEAK_BYTES_PER_S = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "L4": 0.3e12,
+                    "v5p": 2.765e12, "v6": 1.64e12, "v5 lite": 0.819e12, "v5e": 0.819e12,
+                    "v4": 1.2e12}
+
+
+def decode_bytes_per_step(cfg, params, batch: int, prompt_len: int, new_tokens: int) -> float:
+  """Bytes one decode step must read, averaged over the generation: weights + live KV cache."""
+  weights = sum(x.nbytes for x in jax.tree.leaves(params))
+  if not cfg.tie_embeddings:  # an untied embedding table is gathered, not read whole
+    weights -= params["embed"].nbytes
+  live = prompt_len + (new_tokens + 1) / 2  # mean live slots per row over the decode steps
+  kv = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * np.dtype(cfg.dtype).itemsize
+  return weights + batch * live * kv
 
 
 def _ints(text: str) -> list[int]:
@@ -113,6 +135,13 @@ def main(argv) -> None:
                  capacity=capacity or "auto", dtype=a.dtype, tokens_per_s=round(tps, 1),
                  step_ms=round(1000 * steady / a.new_tokens, 2),
                  compile_s=round(first - steady, 2))
+      bandwidth = next((v for k, v in PEAK_BYTES_PER_S.items()
+                        if k in jax.devices()[0].device_kind), None)
+      if jax.devices()[0].platform != "cpu" and bandwidth:
+        bytes_step = decode_bytes_per_step(loaded.cfg, loaded.params, batch, a.prompt_len,
+                                           a.new_tokens)
+        roof = batch * bandwidth / bytes_step
+        row.update(roofline_tokens_per_s=round(roof, 1), roofline_fraction=round(tps / roof, 3))
       if hf_tps is not None:
         row.update(transformers_tokens_per_s=round(hf_tps, 1), ratio=round(tps / hf_tps, 2))
       print(json.dumps(row), flush=True)

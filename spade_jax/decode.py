@@ -90,7 +90,21 @@ def _chunk_inputs(cache: Cache, valid_BC):
 BLOCK, DECODE_BLOCK = 128, 64
 
 
+def _one_pass_decode() -> bool:
+  """Whether a decode step attends over the whole cache in one masked pass instead of blocks.
+
+  On a GPU every iteration of a loop with a dynamic trip count sends its predicate back to the
+  host, once per layer and block. Measured on an H200 (SmolLM2-135M shapes, bfloat16, batch 1,
+  capacity 256, 128 new tokens): 1.29 ms per step in one pass, 4.08 ms with 64-slot blocks. The
+  price is reading the whole capacity's keys/values every step. On CPU the block loop is what
+  keeps a step's cost to the live length, and a TPU runs the loop on the device.
+  """
+  return jax.default_backend() == "gpu"
+
+
 def _block(S: int, C: int) -> int:
+  if C == 1 and _one_pass_decode():
+    return S
   blk = DECODE_BLOCK if C == 1 else BLOCK
   return blk if S % blk == 0 else S
 
@@ -128,7 +142,10 @@ def _attend(q_BCHD, k_BKSD, v_BKSD, valid_BS, slot_C, n_live):
 
   init = (jnp.full((B, K, G, C), -jnp.inf, jnp.float32), jnp.zeros((B, K, G, C), jnp.float32),
           jnp.zeros((B, K, G, C, Dh), jnp.float32))
-  _, l, acc = jax.lax.fori_loop(0, (n_live + blk - 1) // blk, body, init)
+  if blk == S:  # one block: no loop
+    _, l, acc = body(0, init)
+  else:
+    _, l, acc = jax.lax.fori_loop(0, (n_live + blk - 1) // blk, body, init)
   out = jnp.where(l[..., None] > 0, acc / jnp.where(l > 0, l, 1.0)[..., None], 0.0)
   return jnp.transpose(out, (0, 3, 1, 2, 4)).reshape(B, C, H, Dh).astype(v_BKSD.dtype)
 

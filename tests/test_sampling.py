@@ -133,6 +133,30 @@ def test_cache_capacity_does_not_change_results(tiny):
   np.testing.assert_allclose(small.logprobs, shrunk.logprobs, atol=1e-5, rtol=0)
 
 
+def test_one_pass_decode_attention_equals_the_block_loop(monkeypatch):
+  """The GPU decode path (one masked pass over the whole cache) against the CPU block loop, with
+  invalid slots inside the live prefix, live prefixes of different block counts, and an empty
+  row (zeros)."""
+  rng = np.random.default_rng(0)
+  B, H, K, S, Dh = 3, 4, 2, 256, 16
+  q = jnp.asarray(rng.normal(size=(B, 1, H, Dh)), jnp.float32)
+  k, v = (jnp.asarray(rng.normal(size=(B, K, S, Dh)), jnp.float32) for _ in range(2))
+  n_live = 150
+  valid = rng.random((B, S)) < 0.8
+  valid[:, n_live:] = False
+  valid[2] = False
+  valid = jnp.asarray(valid)
+  slot_C = jnp.asarray([n_live - 1], jnp.int32)
+  out = {}
+  for one_pass in (False, True):
+    monkeypatch.setattr(decode, "_one_pass_decode", lambda one_pass=one_pass: one_pass)
+    assert decode._block(S, 1) == (S if one_pass else decode.DECODE_BLOCK)
+    out[one_pass] = decode._attend(q, k, v, valid, slot_C, jnp.int32(n_live))
+  np.testing.assert_allclose(out[True], out[False], atol=1e-6, rtol=0)
+  np.testing.assert_array_equal(out[True][2], 0.0)
+  assert float(jnp.abs(out[True][:2]).min()) > 0.0
+
+
 def test_sharded_mesh_equals_single_device(tiny):
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
   sharded = loading.load_model("random:tiny", mesh, seed=3)

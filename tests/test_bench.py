@@ -1,0 +1,32 @@
+"""Benchmark accounting: the bytes and FLOPs that the roofline and MFU figures divide by."""
+
+import jax
+
+from spade_jax import bench_sampler
+from spade_jax import bench_train
+from spade_jax import model as model_lib
+
+
+def test_decode_bytes_per_step_counts_read_weights_and_live_cache():
+  cfg = model_lib.PRESETS["tiny"]  # untied: the 256 x 64 embedding table is gathered, not read
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  # Weights other than the embedding: 90496 float32 values (hand-summed from the tiny preset).
+  weights = 90496 * 4
+  # 2 rows x mean live slots (8 prompt + (4 + 1) / 2) x 2 (k, v) x 2 layers x 2 heads x 16 x 4 B.
+  cache = 2 * 10.5 * 512
+  assert bench_sampler.decode_bytes_per_step(cfg, params, 2, 8, 4) == weights + cache
+
+
+def test_decode_bytes_per_step_reads_a_tied_table_as_the_output_projection():
+  cfg = model_lib.PRESETS["tiny"].replace(tie_embeddings=True)
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  # No lm_head (64 x 256) but the embedding (256 x 64) is read in its place: same weight bytes.
+  assert bench_sampler.decode_bytes_per_step(cfg, params, 1, 0, 1) == 90496 * 4 + 1 * 1 * 512
+
+
+def test_train_flops_per_token_for_the_tiny_preset():
+  cfg = model_lib.PRESETS["tiny"]
+  # Matmul weights: 2 layers x (q 4096 + k 2048 + v 2048 + o 4096 + 3 x 8192 mlp) + head 16384.
+  n = 2 * (4096 + 2048 + 2048 + 4096 + 3 * 8192) + 16384
+  attention = 12 * 2 * 32 * 4 * 16  # 12 x layers x T x heads x head_dim, T = 32
+  assert bench_train.train_flops_per_token(cfg, 32) == 6 * n + attention
