@@ -3,7 +3,8 @@
 Prints one JSON line per (batch, capacity): steady-state `tokens_per_s` (compile excluded),
 `compile_s`, and with `--compare_transformers` the tokens/s of transformers' `generate` on the
 same weights, prompts and sampling settings (torch CPU, float32), measured in the same run, and the
-ratio. Every row generates exactly `--new_tokens` tokens (EOS ignored) with the agent's settings
+ratio; `--compare_tunix` likewise times google/tunix's sampler (see `bench_tunix`) at the same
+cache capacity. Every row generates exactly `--new_tokens` tokens (EOS ignored) with the agent's settings
 (T 0.6, top-p 0.95, top-k 20). Batches and capacities take comma-separated lists, e.g.
 `--batch 1,8,32 --capacity 256,2048`.
 
@@ -24,6 +25,7 @@ import time
 import jax
 import numpy as np
 
+from spade_jax import kv_cache
 from spade_jax import loading
 from spade_jax import sampling
 from spade_jax import sharding
@@ -102,6 +104,9 @@ def main(argv) -> None:
   p.add_argument("--repeats", type=int, default=2, help="timed runs; the best is reported")
   p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   p.add_argument("--compare_transformers", action="store_true")
+  p.add_argument("--compare_tunix", action="store_true",
+                 help="also time google/tunix's sampler (pip install --no-deps -r "
+                 "requirements-peer.txt)")
   a = p.parse_args(argv)
 
   mesh = sharding.make_mesh({"data": -1}, jax.devices()[:1])
@@ -110,6 +115,9 @@ def main(argv) -> None:
   settings = sampling.Settings(max_new_tokens=a.new_tokens, temperature=0.6, top_k=20,
                                top_p=0.95, ignore_eos=True)
   hf = _hf_model(a.model) if a.compare_transformers else None
+  if a.compare_tunix:
+    from spade_jax import bench_tunix
+    tunix = bench_tunix.TunixPeer(loaded, a.dtype)
   for batch in _ints(a.batch):
     if batch % a.num_samples:
       raise SystemExit(f"batch {batch} is not a multiple of num_samples {a.num_samples}")
@@ -144,4 +152,9 @@ def main(argv) -> None:
         row.update(roofline_tokens_per_s=round(roof, 1), roofline_fraction=round(tps / roof, 3))
       if hf_tps is not None:
         row.update(transformers_tokens_per_s=round(hf_tps, 1), ratio=round(tps / hf_tps, 2))
+      if a.compare_tunix:
+        S = capacity or kv_cache.bucket(a.prompt_len + a.new_tokens, sampler.min_capacity)
+        t_tps = tunix.tokens_per_s(np.repeat(prompts, a.num_samples, 0), settings, S, a.repeats)
+        row.update(tunix_capacity=S, tunix_tokens_per_s=round(t_tps, 1),
+                   tunix_ratio=round(tps / t_tps, 2))
       print(json.dumps(row), flush=True)

@@ -1,6 +1,10 @@
 """Benchmark accounting: the bytes and FLOPs that the roofline and MFU figures divide by."""
 
+import sys
+
 import jax
+import numpy as np
+import pytest
 
 from spade_jax import bench_sampler
 from spade_jax import bench_train
@@ -30,3 +34,26 @@ def test_train_flops_per_token_for_the_tiny_preset():
   n = 2 * (4096 + 2048 + 2048 + 4096 + 3 * 8192) + 16384
   attention = 12 * 2 * 32 * 4 * 16  # 12 x layers x T x heads x head_dim, T = 32
   assert bench_train.train_flops_per_token(cfg, 32) == 6 * n + attention
+
+
+def test_compare_tunix_without_tunix_names_the_requirements_file(monkeypatch):
+  from spade_jax import bench_tunix
+  for name in ("tunix", "tunix.generate", "tunix.models", "tunix.models.llama3"):
+    monkeypatch.setitem(sys.modules, name, None)  # makes `import` raise ImportError
+  with pytest.raises(SystemExit, match="requirements-peer.txt"):
+    bench_tunix._import_tunix()
+
+
+def test_tunix_peer_generates_every_token_on_a_tiny_model():
+  pytest.importorskip("tunix", reason="optional peer: pip install --no-deps -r "
+                      "requirements-peer.txt")
+  from spade_jax import bench_tunix
+  from spade_jax import loading
+  from spade_jax import sampling
+
+  loaded = loading.load_model("random:tiny_smollm2", seed=0, tokenizer=False)
+  peer = bench_tunix.TunixPeer(loaded, "float32")
+  prompts = np.random.default_rng(0).integers(100, 1000, (2, 8))
+  settings = sampling.Settings(max_new_tokens=6, temperature=0.6, top_k=20, top_p=0.95,
+                               ignore_eos=True)
+  assert peer.tokens_per_s(prompts, settings, 16, 1) > 0
