@@ -206,26 +206,71 @@ def apply_rope(x_BTND, cos_BTd, sin_BTd):
   return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x_BTND.dtype)
 
 
-def attention(q_BTHD, k_BSKD, v_BSKD, mask_BTS):
-  """Grouped-query attention; softmax in float32. Fully masked query rows give zeros.
-
-  Each kv head's G query heads are stacked along the query axis, so both products are plain
-  [G*T, Dh] x [Dh, S] matmuls batched over (batch, kv head).
-  """
+def _grouped(q_BTHD, k_BSKD, v_BSKD):
+  """[B, T, H, Dh] queries and [B, S, K, Dh] keys/values as [B, K, G*T, Dh] and [B, K, S, Dh]:
+  each kv head's G query heads stacked along the query axis, so both attention products are
+  plain matmuls batched over (batch, kv head)."""
   B, T, H, Dh = q_BTHD.shape
   K = k_BSKD.shape[2]
-  G = H // K
-  q = q_BTHD.reshape(B, T, K, G, Dh).transpose(0, 2, 3, 1, 4).reshape(B, K, G * T, Dh)
-  k = k_BSKD.transpose(0, 2, 1, 3)
-  v = v_BSKD.transpose(0, 2, 1, 3)
-  scores = jnp.einsum("bkqd,bksd->bkqs", q, k, preferred_element_type=jnp.float32)
-  scores = (scores * (Dh ** -0.5)).reshape(B, K, G, T, -1)
-  m = mask_BTS[:, None, None, :, :]
-  probs = jax.nn.softmax(jnp.where(m, scores, -1e30), axis=-1)
-  probs = probs * jnp.any(m, axis=-1, keepdims=True)  # zero rows that may attend to nothing
-  out = jnp.einsum("bkqs,bksd->bkqd", probs.reshape(B, K, G * T, -1).astype(v.dtype), v,
-                   preferred_element_type=jnp.float32).astype(v.dtype)
-  return out.reshape(B, K, G, T, Dh).transpose(0, 3, 1, 2, 4).reshape(B, T, H, Dh)
+  q = q_BTHD.reshape(B, T, K, H // K, Dh).transpose(0, 2, 3, 1, 4).reshape(B, K, H // K * T, Dh)
+  return q, k_BSKD.transpose(0, 2, 1, 3), v_BSKD.transpose(0, 2, 1, 3)
+
+
+def _probs(q, k, mask_BTS, lse=None):
+  """Softmax probabilities [B, K, G*T, S] in float32 (zero rows where nothing is visible) and the
+  log-sum-exp of each row; given `lse`, the probabilities are rebuilt from it instead."""
+  B, K, GT, Dh = q.shape
+  T = mask_BTS.shape[1]
+  s = jnp.einsum("bkqd,bksd->bkqs", q, k, preferred_element_type=jnp.float32) * (Dh ** -0.5)
+  m = jnp.tile(mask_BTS[:, None], (1, 1, GT // T, 1))  # [B, 1, G*T, S], query rows as in q
+  s = jnp.where(m, s, -jnp.inf)
+  if lse is None:
+    lse = jax.nn.logsumexp(s, axis=-1)
+  p = jnp.exp(s - jnp.where(jnp.isfinite(lse), lse, 0.0)[..., None])
+  return p, lse
+
+
+def _attend(q, k, v, mask_BTS):
+  p, lse = _probs(q, k, mask_BTS)
+  out = jnp.einsum("bkqs,bksd->bkqd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+  return out.astype(v.dtype), lse
+
+
+@jax.custom_vjp
+def _attention(q, k, v, mask_BTS):
+  return _attend(q, k, v, mask_BTS)[0]
+
+
+def _attention_fwd(q, k, v, mask_BTS):
+  out, lse = _attend(q, k, v, mask_BTS)
+  return out, (q, k, v, mask_BTS, lse)
+
+
+def _attention_bwd(res, dout):
+  """Flash-style backward: the probabilities are rebuilt from the saved log-sum-exp, so a layer
+  keeps [B, K, G*T] floats for its softmax instead of two [B, K, G*T, S] score/probability
+  arrays (which, stacked over the layers of a scan, cost more to write and read than the extra
+  query-key product costs to recompute)."""
+  q, k, v, mask_BTS, lse = res
+  p, _ = _probs(q, k, mask_BTS, lse)
+  dout = dout.astype(jnp.float32)
+  dv = jnp.einsum("bkqs,bkqd->bksd", p, dout)
+  dp = jnp.einsum("bkqd,bksd->bkqs", dout, v.astype(jnp.float32))
+  ds = p * (dp - (p * dp).sum(-1, keepdims=True)) * (q.shape[-1] ** -0.5)
+  dq = jnp.einsum("bkqs,bksd->bkqd", ds, k.astype(jnp.float32))
+  dk = jnp.einsum("bkqs,bkqd->bksd", ds, q.astype(jnp.float32))
+  return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
+
+
+_attention.defvjp(_attention_fwd, _attention_bwd)
+
+
+def attention(q_BTHD, k_BSKD, v_BSKD, mask_BTS):
+  """Grouped-query attention; softmax in float32. Fully masked query rows give zeros."""
+  B, T, H, Dh = q_BTHD.shape
+  K = k_BSKD.shape[2]
+  out = _attention(*_grouped(q_BTHD, k_BSKD, v_BSKD), mask_BTS)
+  return out.reshape(B, K, H // K, T, Dh).transpose(0, 3, 1, 2, 4).reshape(B, T, H, Dh)
 
 
 def _as_matrices(x, w, n_in: int):
