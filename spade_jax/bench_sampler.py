@@ -4,8 +4,8 @@ Prints one JSON line per (batch, capacity): steady-state `tokens_per_s` (compile
 `compile_s`, and with `--compare_transformers` the tokens/s of transformers' `generate` on the
 same weights, prompts and sampling settings (torch CPU, float32), measured in the same run, and the
 ratio; `--compare_tunix` likewise times google/tunix's sampler (see `bench_tunix`) at the same
-cache capacity. Every row generates exactly `--new_tokens` tokens (EOS ignored) with the agent's settings
-(T 0.6, top-p 0.95, top-k 20). Batches and capacities take comma-separated lists, e.g.
+cache capacity. Every row generates exactly `--new_tokens` tokens (EOS ignored) with the agent's
+settings (T 0.6, top-p 0.95, top-k 20). Batches and capacities take comma-separated lists, e.g.
 `--batch 1,8,32 --capacity 256,2048`.
 
 On an accelerator of known memory bandwidth each row also carries the memory roofline: a decode
@@ -38,13 +38,15 @@ PEAK_BYTES_PER_S = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "L4": 0.3e1
 
 
 def decode_bytes_per_step(cfg, params, batch: int, prompt_len: int, new_tokens: int) -> float:
-  """Bytes one decode step must read, averaged over the generation: weights + live KV cache."""
-  weights = sum(x.nbytes for x in jax.tree.leaves(params))
+  """Bytes one decode step must read, averaged over the generation: weights (as the sampler
+  prepares them once per call, in the compute dtype) + the live KV cache."""
+  itemsize = np.dtype(cfg.dtype).itemsize
+  n = sum(x.size for x in jax.tree.leaves(params))
   if not cfg.tie_embeddings:  # an untied embedding table is gathered, not read whole
-    weights -= params["embed"].nbytes
+    n -= params["embed"].size
   live = prompt_len + (new_tokens + 1) / 2  # mean live slots per row over the decode steps
-  kv = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * np.dtype(cfg.dtype).itemsize
-  return weights + batch * live * kv
+  kv = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * itemsize
+  return n * itemsize + batch * live * kv
 
 
 def _ints(text: str) -> list[int]:

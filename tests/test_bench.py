@@ -57,3 +57,10 @@ def test_tunix_peer_generates_every_token_on_a_tiny_model():
   settings = sampling.Settings(max_new_tokens=6, temperature=0.6, top_k=20, top_p=0.95,
                                ignore_eos=True)
   assert peer.tokens_per_s(prompts, settings, 16, 1) > 0
+
+
+def test_decode_bytes_per_step_counts_weights_in_the_compute_dtype():
+  cfg = model_lib.PRESETS["tiny"].replace(dtype="bfloat16")
+  params = model_lib.init_params(cfg.replace(dtype="float32"), jax.random.key(0))
+  # Float32 master weights are read as the bfloat16 copies the sampler prepares: 2 bytes each.
+  assert bench_sampler.decode_bytes_per_step(cfg, params, 1, 0, 1) == 90496 * 2 + 1 * 1 * 256
