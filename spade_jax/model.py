@@ -353,10 +353,33 @@ def qkv(p, x_BTD, cos, sin, cfg: ModelConfig):
   return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
+@jax.custom_vjp
+def swiglu(gate, up):
+  """silu(gate) * up, whose backward keeps only its two inputs.
+
+  Left to autodiff, the sigmoid and its intermediate products are saved too, and under the
+  layer scan each is a [layers, tokens, d_ff] stack written, zero-initialised and read back.
+  """
+  return jax.nn.silu(gate) * up
+
+
+def _swiglu_fwd(gate, up):
+  return swiglu(gate, up), (gate, up)
+
+
+def _swiglu_bwd(res, dy):
+  gate, up = res
+  sig = jax.nn.sigmoid(gate)
+  return dy * up * sig * (1 + gate * (1 - sig)), dy * gate * sig
+
+
+swiglu.defvjp(_swiglu_fwd, _swiglu_bwd)
+
+
 def mlp(p, x_BTD, cfg: ModelConfig):
   gate = dense(x_BTD, p["w_gate"], 1, cfg.dtype)
   up = dense(x_BTD, p["w_up"], 1, cfg.dtype)
-  return dense(jax.nn.silu(gate) * up, p["w_down"], 1, cfg.dtype)
+  return dense(swiglu(gate, up), p["w_down"], 1, cfg.dtype)
 
 
 def cast(tree, cfg: ModelConfig):

@@ -146,3 +146,14 @@ def test_attention_backward_matches_autodiff_of_the_plain_softmax():
   np.testing.assert_array_equal(model.attention(q, k, v, mask)[1, 0], 0.0)
   for g, g_ref in zip(jax.grad(ours, (0, 1, 2))(q, k, v), jax.grad(ref, (0, 1, 2))(q, k, v)):
     np.testing.assert_allclose(g, g_ref, atol=2e-6, rtol=1e-5)
+
+
+def test_swiglu_backward_matches_autodiff():
+  kg, ku, kw = jax.random.split(jax.random.key(5), 3)
+  gate = 3 * jax.random.normal(kg, (5, 7))  # wide enough to reach both tails of the sigmoid
+  up, w = jax.random.normal(ku, (5, 7)), jax.random.normal(kw, (5, 7))
+  ours, ref = (jax.grad(lambda g, u, f=f: jnp.sum(f(g, u) * w), (0, 1))(gate, up)
+               for f in (model.swiglu, lambda g, u: jax.nn.silu(g) * u))
+  np.testing.assert_allclose(model.swiglu(gate, up), jax.nn.silu(gate) * up, rtol=1e-6)
+  for a, b in zip(ours, ref):
+    np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
