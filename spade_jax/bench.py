@@ -8,6 +8,17 @@ import sys
 
 from spade_jax import hostmem
 
+
+def accelerator_peak(table: dict[str, float]) -> float | None:
+  """The `table` entry whose key is a substring of the first device's kind; None on CPU or for a
+  kind the table lacks (each benchmark's peak FLOP/s or bandwidth figures)."""
+  import jax
+
+  device = jax.devices()[0]
+  if device.platform == "cpu":
+    return None
+  return next((v for k, v in table.items() if k in device.device_kind), None)
+
 BENCHMARKS = {
     "sampler": "spade_jax.bench_sampler",
     "train": "spade_jax.bench_train",

@@ -25,7 +25,7 @@ import time
 import jax
 import numpy as np
 
-from spade_jax import kv_cache
+from spade_jax import bench
 from spade_jax import loading
 from spade_jax import sampling
 from spade_jax import sharding
@@ -117,6 +117,7 @@ def main(argv) -> None:
   settings = sampling.Settings(max_new_tokens=a.new_tokens, temperature=0.6, top_k=20,
                                top_p=0.95, ignore_eos=True)
   hf = _hf_model(a.model) if a.compare_transformers else None
+  bandwidth = bench.accelerator_peak(PEAK_BYTES_PER_S)
   if a.compare_tunix:
     from spade_jax import bench_tunix
     tunix = bench_tunix.TunixPeer(loaded, a.dtype)
@@ -145,9 +146,7 @@ def main(argv) -> None:
                  capacity=capacity or "auto", dtype=a.dtype, tokens_per_s=round(tps, 1),
                  step_ms=round(1000 * steady / a.new_tokens, 2),
                  compile_s=round(first - steady, 2))
-      bandwidth = next((v for k, v in PEAK_BYTES_PER_S.items()
-                        if k in jax.devices()[0].device_kind), None)
-      if jax.devices()[0].platform != "cpu" and bandwidth:
+      if bandwidth:
         bytes_step = decode_bytes_per_step(loaded.cfg, loaded.params, batch, a.prompt_len,
                                            a.new_tokens)
         roof = batch * bandwidth / bytes_step
@@ -155,7 +154,7 @@ def main(argv) -> None:
       if hf_tps is not None:
         row.update(transformers_tokens_per_s=round(hf_tps, 1), ratio=round(tps / hf_tps, 2))
       if a.compare_tunix:
-        S = capacity or kv_cache.bucket(a.prompt_len + a.new_tokens, sampler.min_capacity)
+        S = sampler.capacity(a.prompt_len + a.new_tokens, capacity)
         t_tps = tunix.tokens_per_s(np.repeat(prompts, a.num_samples, 0), settings, S, a.repeats)
         row.update(tunix_capacity=S, tunix_tokens_per_s=round(t_tps, 1),
                    tunix_ratio=round(tps / t_tps, 2))

@@ -21,6 +21,7 @@ import time
 import jax
 import numpy as np
 
+from spade_jax import bench
 from spade_jax import learner as learner_lib
 from spade_jax import loading, sharding
 from spade_jax import model as model_lib
@@ -141,9 +142,8 @@ def main(argv=None) -> None:
          "devices": len(jax.devices()), "platform": jax.devices()[0].platform,
          "tokens_per_s": round(tokens / step_s, 2), "step_s": round(step_s, 4),
          "compile_s": round(compile_s - step_s, 2), "loss": float(m["loss"])}
-  kind = jax.devices()[0].device_kind
-  peak = next((v for k, v in PEAK_FLOPS.items() if k in kind), None)
-  if jax.devices()[0].platform != "cpu" and peak:
+  peak = bench.accelerator_peak(PEAK_FLOPS)
+  if peak:
     flops = train_flops_per_token(loaded.cfg, args.seq) * tokens / step_s
     out["mfu"] = round(flops / (peak * len(jax.devices())), 4)
   if theirs:

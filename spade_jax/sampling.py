@@ -228,7 +228,9 @@ class Sampler:
                                self._put(valid[:, c:c + step]), layout=layout)
     return cache, logits
 
-  def _capacity(self, need: int, capacity: int | None) -> int:
+  def capacity(self, need: int, capacity: int | None = None) -> int:
+    """The cache capacity of a call that needs `need` slots: `capacity` when given (an error if
+    below `need`), else the smallest bucket that fits."""
     if need > self.cfg.max_seq_len:
       raise ValueError(f"context of {need} tokens exceeds the model's {self.cfg.max_seq_len}")
     if capacity is None:
@@ -279,7 +281,7 @@ class Sampler:
     Bp, B = kv_cache.batch_bucket(n, mult), kv_cache.batch_bucket(N, mult)
     longest = max(len(p) for p in prompts)
     C = _chunk_len(longest)
-    S = self._capacity(longest + settings.max_new_tokens, capacity)
+    S = self.capacity(longest + settings.max_new_tokens, capacity)
     tokens, valid = _left_pad(prompts, Bp, C, self.pad_id)
     rows = np.full((B,), -1, np.int64)
     rows[:N] = np.arange(N)
@@ -317,7 +319,7 @@ class Sampler:
     longest = max(len(c) for c in chunks)
     C = _chunk_len(longest)
     m = int(conv.pos[ids].max())
-    S = self._capacity(m + C + settings.max_new_tokens - 1, capacity)
+    S = self.capacity(m + C + settings.max_new_tokens - 1, capacity)
     tokens, valid = _left_pad(chunks, B, C, self.pad_id)
     rows = np.full((B,), -1, np.int64)
     rows[:len(ids)] = ids

@@ -64,3 +64,14 @@ def test_decode_bytes_per_step_counts_weights_in_the_compute_dtype():
   params = model_lib.init_params(cfg.replace(dtype="float32"), jax.random.key(0))
   # Float32 master weights are read as the bfloat16 copies the sampler prepares: 2 bytes each.
   assert bench_sampler.decode_bytes_per_step(cfg, params, 1, 0, 1) == 90496 * 2 + 1 * 1 * 256
+
+
+def test_accelerator_peak_reads_the_device_kind_and_is_none_on_cpu(monkeypatch):
+  from spade_jax import bench
+
+  assert bench.accelerator_peak(bench_sampler.PEAK_BYTES_PER_S) is None  # tests run on CPU
+  h200 = type("Device", (), {"platform": "gpu", "device_kind": "NVIDIA H200"})()
+  monkeypatch.setattr(jax, "devices", lambda: [h200])
+  assert bench.accelerator_peak(bench_sampler.PEAK_BYTES_PER_S) == 4.8e12
+  assert bench.accelerator_peak(bench_train.PEAK_FLOPS) == 989e12
+  assert bench.accelerator_peak({"A100": 1.0}) is None
