@@ -152,15 +152,14 @@ def _attend(q_BCHD, k_BKSD, v_BKSD, valid_BS, slot_C, n_live):
 
 def _layer(p, x, k_BKSD, v_BKSD, cos, sin, start, attend, cfg: model_lib.ModelConfig):
   """One block that writes its chunk's keys/values at slot `start`, then attends via `attend`."""
-  h = model_lib.rms_norm(x, p["attn_norm"], cfg.norm_eps)
-  q, k, v = model_lib.qkv(p, h, cos, sin, cfg)
+  q, k, v = model_lib.qkv(p, x, cos, sin, cfg)
   # Write first, then read: the chunk attends to itself through the cache.
   k_BKSD = jax.lax.dynamic_update_slice(k_BKSD, jnp.swapaxes(k, 1, 2).astype(k_BKSD.dtype),
                                         (0, 0, start, 0))
   v_BKSD = jax.lax.dynamic_update_slice(v_BKSD, jnp.swapaxes(v, 1, 2).astype(v_BKSD.dtype),
                                         (0, 0, start, 0))
   x = x + jnp.einsum("bthk,hkd->btd", attend(q, k_BKSD, v_BKSD), p["wo"])
-  x = x + model_lib.mlp(p, model_lib.rms_norm(x, p["mlp_norm"], cfg.norm_eps), cfg)
+  x = x + model_lib.mlp(p, x, cfg)
   return x, k_BKSD, v_BKSD
 
 

@@ -376,11 +376,37 @@ def _dense_bwd(n_in, dtype, res, dy):
 dense.defvjp(_dense_fwd, _dense_bwd)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def norm_dense(x, norm_w, ws, eps: float, dtype=None):
+  """`dense(rms_norm(x, norm_w, eps), w, 1, dtype)` for each w of the tuple `ws`.
+
+  The backward pass keeps x and recomputes the norm: under the layer scan that is one
+  [tokens, d_model] residual stack per norm, where autodiff kept three (x, the normalised x
+  and the scaled output the products read).
+  """
+  h = rms_norm(x, norm_w, eps)
+  return tuple(dense(h, w, 1, dtype) for w in ws)
+
+
+def _norm_dense_fwd(x, norm_w, ws, eps, dtype):
+  return norm_dense(x, norm_w, ws, eps, dtype), (x, norm_w, ws)
+
+
+def _norm_dense_bwd(eps, dtype, res, dys):
+  x, norm_w, ws = res
+  h, norm_vjp = jax.vjp(functools.partial(rms_norm, eps=eps), x, norm_w)
+  dh, dws = zip(*(_dense_bwd(1, dtype, (h, w), dy) for w, dy in zip(ws, dys)))
+  return (*norm_vjp(sum(dh)), dws)
+
+
+norm_dense.defvjp(_norm_dense_fwd, _norm_dense_bwd)
+
+
 def qkv(p, x_BTD, cos, sin, cfg: ModelConfig):
-  """Projects one layer's input to rotated queries, keys and values."""
-  q = dense(x_BTD, p["wq"], 1, cfg.dtype)
-  k = dense(x_BTD, p["wk"], 1, cfg.dtype)
-  v = dense(x_BTD, p["wv"], 1, cfg.dtype)
+  """Normalises one layer's input (`attn_norm`) and projects it to rotated queries, keys and
+  values."""
+  q, k, v = norm_dense(x_BTD, p["attn_norm"], (p["wq"], p["wk"], p["wv"]), cfg.norm_eps,
+                       cfg.dtype)
   if cfg.qkv_bias:
     q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
   if cfg.qk_norm:
@@ -433,8 +459,8 @@ swiglu_down.defvjp(_swiglu_down_fwd, _swiglu_down_bwd)
 
 
 def mlp(p, x_BTD, cfg: ModelConfig):
-  gate = dense(x_BTD, p["w_gate"], 1, cfg.dtype)
-  up = dense(x_BTD, p["w_up"], 1, cfg.dtype)
+  """The feed-forward block on the residual stream x, its norm (`mlp_norm`) included."""
+  gate, up = norm_dense(x_BTD, p["mlp_norm"], (p["w_gate"], p["w_up"]), cfg.norm_eps, cfg.dtype)
   return swiglu_down(gate, up, p["w_down"], cfg.dtype)
 
 
@@ -474,10 +500,9 @@ def default_mask(T: int, valid_BT=None):
 
 def decoder_layer(p, x_BTD, cos, sin, mask_BTS, cfg: ModelConfig):
   """One pre-norm transformer block over a whole (uncached) sequence; `mask_BTS` is causal."""
-  h = rms_norm(x_BTD, p["attn_norm"], cfg.norm_eps)
-  q, k, v = qkv(p, h, cos, sin, cfg)
+  q, k, v = qkv(p, x_BTD, cos, sin, cfg)
   x_BTD = x_BTD + dense(attention(q, k, v, mask_BTS, causal=True), p["wo"], 2, cfg.dtype)
-  return x_BTD + mlp(p, rms_norm(x_BTD, p["mlp_norm"], cfg.norm_eps), cfg)
+  return x_BTD + mlp(p, x_BTD, cfg)
 
 
 def hidden_states(params: Params, tokens_BT, cfg: ModelConfig, positions_BT=None, mask_BTS=None,
