@@ -266,8 +266,9 @@ def _attention(q, k, v, mask_BTS, spans):
 
 def _attention_fwd(q, k, v, mask_BTS, spans):
   G = q.shape[2] // mask_BTS.shape[1]
-  outs, lses = zip(*(_attend(_rows(q, G, t0, t1), k[:, :, :s1], v[:, :, :s1], mask_BTS[:, t0:t1, :s1])
-                     for t0, t1, s1 in spans))
+  outs, lses = zip(*(
+      _attend(_rows(q, G, t0, t1), k[:, :, :s1], v[:, :, :s1], mask_BTS[:, t0:t1, :s1])
+      for t0, t1, s1 in spans))
   return _unrows(outs, G), (q, k, v, mask_BTS, _unrows(lses, G))
 
 
@@ -415,33 +416,22 @@ def qkv(p, x_BTD, cos, sin, cfg: ModelConfig):
   return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
-@jax.custom_vjp
 def swiglu(gate, up):
-  """silu(gate) * up, whose backward keeps only its two inputs.
-
-  Left to autodiff, the sigmoid and its intermediate products are saved too, and under the
-  layer scan each is a [layers, tokens, d_ff] stack written, zero-initialised and read back.
-  """
   return jax.nn.silu(gate) * up
 
 
-def _swiglu_fwd(gate, up):
-  return swiglu(gate, up), (gate, up)
-
-
-def _swiglu_bwd(res, dy):
-  gate, up = res
+def _swiglu_grads(gate, up, dy):
+  """(d gate, d up) of `swiglu` for the output cotangent dy."""
   sig = jax.nn.sigmoid(gate)
   return dy * up * sig * (1 + gate * (1 - sig)), dy * gate * sig
 
 
-swiglu.defvjp(_swiglu_fwd, _swiglu_bwd)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def swiglu_down(gate, up, w_down, dtype=None):
-  """`dense(swiglu(gate, up), w_down)` keeping only gate, up and w_down for the backward, which
-  recomputes the product's input from them: two [tokens, d_ff] activations saved, not three."""
+  """`dense(swiglu(gate, up), w_down)`, whose backward keeps only gate, up and w_down and
+  recomputes the product's input from them. Left to autodiff, the product's input, the sigmoid
+  and its intermediate products are saved too, each a [layers, tokens, d_ff] stack under the
+  layer scan, written and read back."""
   return dense(swiglu(gate, up), w_down, 1, dtype)
 
 
@@ -452,7 +442,7 @@ def _swiglu_down_fwd(gate, up, w_down, dtype):
 def _swiglu_down_bwd(dtype, res, dy):
   gate, up, w_down = res
   ds, dw = _dense_bwd(1, dtype, (swiglu(gate, up), w_down), dy)
-  return (*_swiglu_bwd((gate, up), ds), dw)
+  return (*_swiglu_grads(gate, up, ds), dw)
 
 
 swiglu_down.defvjp(_swiglu_down_fwd, _swiglu_down_bwd)
