@@ -19,6 +19,7 @@ def accelerator_peak(table: dict[str, float]) -> float | None:
     return None
   return next((v for k, v in table.items() if k in device.device_kind), None)
 
+
 BENCHMARKS = {
     "sampler": "spade_jax.bench_sampler",
     "train": "spade_jax.bench_train",

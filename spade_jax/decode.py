@@ -113,7 +113,7 @@ def _attend(q_BCHD, k_BKSD, v_BKSD, valid_BS, slot_C, n_live):
   """Grouped-query attention of a chunk (queries at slots slot_C) over cache slots < n_live.
 
   A query at slot t sees valid slots <= t. Float32 online softmax over blocks; fully masked
-  rows give zeros (as `model.attention`, in the cache's [B, K, S, Dh] layout).
+  rows give zeros (as `attention.attention`, in the cache's [B, K, S, Dh] layout).
   """
   B, C, H, Dh = q_BCHD.shape
   K, S = k_BKSD.shape[1], k_BKSD.shape[2]

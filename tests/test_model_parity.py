@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 torch = pytest.importorskip("torch")
 
+from spade_jax import attention as attention_lib  # noqa: E402
 from spade_jax import hf, loading, model  # noqa: E402
 from tests import hf_models  # noqa: E402
 
@@ -133,8 +134,8 @@ def test_attention_backward_matches_autodiff_of_the_plain_softmax(causal, monkey
   """The hand-written backward (probabilities rebuilt from the saved log-sum-exp) against
   autodiff of the textbook formula: causal, padded keys, and a query row that sees nothing; with
   `causal`, in query blocks of 3, 3 and 1 that each skip the keys after their end."""
-  monkeypatch.setattr(model, "causal_spans",
-                      functools.partial(model.causal_spans, max_blocks=3, min_block=2))
+  monkeypatch.setattr(attention_lib, "causal_spans",
+                      functools.partial(attention_lib.causal_spans, max_blocks=3, min_block=2))
   rng = np.random.default_rng(0)
   B, T, H, K, Dh = 2, 7, 6, 2, 8
   q = jnp.asarray(rng.normal(size=(B, T, H, Dh)), jnp.float32)
@@ -144,18 +145,19 @@ def test_attention_backward_matches_autodiff_of_the_plain_softmax(causal, monkey
   mask[1, 0] = False  # a query that sees nothing
   mask = jnp.asarray(mask)
   w = jnp.asarray(rng.normal(size=(B, T, H, Dh)), jnp.float32)
-  ours = lambda *a: jnp.sum(model.attention(*a, mask, causal=causal) * w)
+  ours = lambda *a: jnp.sum(attention_lib.attention(*a, mask, causal=causal) * w)
   ref = lambda *a: jnp.sum(_reference_attention(*a, mask) * w)
   np.testing.assert_allclose(ours(q, k, v), ref(q, k, v), rtol=1e-6)
-  np.testing.assert_array_equal(model.attention(q, k, v, mask, causal=causal)[1, 0], 0.0)
+  np.testing.assert_array_equal(attention_lib.attention(q, k, v, mask, causal=causal)[1, 0], 0.0)
   for g, g_ref in zip(jax.grad(ours, (0, 1, 2))(q, k, v), jax.grad(ref, (0, 1, 2))(q, k, v)):
     np.testing.assert_allclose(g, g_ref, atol=2e-6, rtol=1e-5)
 
 
 def test_causal_spans_cover_the_queries_in_bounded_blocks():
-  assert model.causal_spans(256) == ((0, 64, 64), (64, 128, 128), (128, 192, 192), (192, 256, 256))
-  assert model.causal_spans(40) == ((0, 40, 40),)
-  spans = model.causal_spans(4097)
+  assert attention_lib.causal_spans(256) == (
+      (0, 64, 64), (64, 128, 128), (128, 192, 192), (192, 256, 256))
+  assert attention_lib.causal_spans(40) == ((0, 40, 40),)
+  spans = attention_lib.causal_spans(4097)
   assert len(spans) == 8 and spans[0] == (0, 513, 513) and spans[-1] == (3591, 4097, 4097)
 
 
