@@ -7,7 +7,9 @@ peak, mfu. `--compare_torch` also times the same step in PyTorch (transformers' 
 same GGUF, float32 weights, the same loss, torch.optim.AdamW; with `--dtype bfloat16` its
 forward and loss run under torch.autocast(bfloat16), PyTorch's own mixed precision) in the same
 process, alternating one step of each so that machine load hits both alike, and adds
-torch_tokens_per_s and speedup.
+torch_tokens_per_s, speedup (ratio of the median step times) and speedup_paired (median of the
+per-pair ratios: each torch step against the step of ours just before it, which saw the same
+machine load; the steadier figure on a noisy machine).
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ def train_flops_per_token(cfg: model_lib.ModelConfig, T: int) -> float:
   if cfg.tie_embeddings:
     n += cfg.vocab_size * cfg.d_model
   return 6.0 * n + 12.0 * cfg.n_layers * T * cfg.n_heads * cfg.head_dim
+
+
+def paired_speedup(ours_s, theirs_s) -> float:
+  """Median over alternated step pairs of their time / our time."""
+  if not ours_s or len(ours_s) != len(theirs_s):
+    raise ValueError(f"need equal, non-empty step lists, got {len(ours_s)} and {len(theirs_s)}")
+  return statistics.median(t / o for o, t in zip(ours_s, theirs_s))
 
 
 def synthetic_batch(B: int, T: int, vocab: int, seed: int = 0):
@@ -149,5 +158,6 @@ def main(argv=None) -> None:
   if theirs:
     torch_s = statistics.median(theirs)
     out.update(torch_tokens_per_s=round(tokens / torch_s, 2), torch_step_s=round(torch_s, 4),
-               speedup=round(torch_s / step_s, 3))
+               speedup=round(torch_s / step_s, 3),
+               speedup_paired=round(paired_speedup(ours, theirs), 3))
   print(json.dumps(out))

@@ -75,3 +75,11 @@ def test_accelerator_peak_reads_the_device_kind_and_is_none_on_cpu(monkeypatch):
   assert bench.accelerator_peak(bench_sampler.PEAK_BYTES_PER_S) == 4.8e12
   assert bench.accelerator_peak(bench_train.PEAK_FLOPS) == 989e12
   assert bench.accelerator_peak({"A100": 1.0}) is None
+
+
+def test_paired_speedup_takes_the_median_of_per_pair_ratios():
+  # Load that slows both sides of a pair alike cancels out in its ratio.
+  ours, theirs = [1.0, 2.0, 4.0], [1.5, 2.2, 2.0]
+  assert bench_train.paired_speedup(ours, theirs) == pytest.approx(1.1)
+  with pytest.raises(ValueError, match="equal, non-empty"):
+    bench_train.paired_speedup([1.0], [])
