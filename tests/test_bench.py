@@ -1,4 +1,5 @@
-"""Benchmark accounting: the bytes and FLOPs that the roofline and MFU figures divide by."""
+"""Benchmark accounting: the bytes and FLOPs that the roofline and MFU figures divide by, and the
+speed ratio against a peer."""
 
 import sys
 
