@@ -58,12 +58,13 @@ def _unrows(parts, G: int):
   return whole.reshape(B, K, -1, *rest)
 
 
-def causal_spans(T: int, max_blocks: int = 8, min_block: int = 64):
-  """Query blocks (t0, t1, t1) for a causal mask: the queries t0..t1-1 can see keys < t1 only,
-  so each block skips the keys after its end. At most `max_blocks` of at least `min_block`
-  positions: at 4 blocks the products cover 10/16 of the full square, at 8 blocks 9/16."""
+def causal_spans(T: int, offset: int = 0, max_blocks: int = 8, min_block: int = 64):
+  """Query blocks (t0, t1, offset + t1) for a causal mask whose queries sit at key positions
+  offset..offset+T-1: the queries t0..t1-1 can see keys < offset + t1 only, so each block skips
+  the keys after its end. At most `max_blocks` of at least `min_block` positions: with no offset,
+  at 4 blocks the products cover 10/16 of the full square, at 8 blocks 9/16."""
   size = max(min_block, -(-T // max_blocks))
-  return tuple((t0, min(t0 + size, T), min(t0 + size, T)) for t0 in range(0, T, size))
+  return tuple((t0, min(t0 + size, T), offset + min(t0 + size, T)) for t0 in range(0, T, size))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
@@ -107,11 +108,12 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 def attention(q_BTHD, k_BSKD, v_BSKD, mask_BTS, causal: bool = False):
   """Grouped-query attention; softmax in float32. Fully masked query rows give zeros.
 
-  `causal=True` promises that the mask lets no query see a later key (as `default_mask`): the
+  `causal=True` promises that the mask lets no query see a later key, the queries being the
+  last T of the S key positions (as `default_mask`, or `offset_causal_mask` when S > T): the
   queries then run in blocks (`causal_spans`) that skip the keys past each block's end.
   """
   B, T, H, Dh = q_BTHD.shape
   K, S = k_BSKD.shape[2], k_BSKD.shape[1]
-  spans = causal_spans(T) if causal and S == T else ((0, T, S),)
+  spans = causal_spans(T, S - T) if causal and S >= T else ((0, T, S),)
   out = _attention(*_grouped(q_BTHD, k_BSKD, v_BSKD), mask_BTS, spans)
   return out.reshape(B, K, H // K, T, Dh).transpose(0, 3, 1, 2, 4).reshape(B, T, H, Dh)

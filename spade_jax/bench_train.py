@@ -50,12 +50,16 @@ def paired_speedup(ours_s, theirs_s) -> float:
   return statistics.median(t / o for o, t in zip(ours_s, theirs_s))
 
 
-def synthetic_batch(B: int, T: int, vocab: int, seed: int = 0):
+def synthetic_batch(B: int, T: int, vocab: int, seed: int = 0, group: int = 1):
+  """Random rows whose first half is the prompt and second half the trained completion; rows in
+  consecutive groups of `group` share their prompt, as a GRPO group's samples do."""
   rng = np.random.default_rng(seed)
   mask = np.zeros((B, T), np.float32)
   mask[:, T // 2:] = 1.0
+  tokens = rng.integers(0, vocab, (B, T)).astype(np.int32)
+  tokens[:, :T // 2] = tokens[np.arange(B) // group * group, :T // 2]
   return {
-      "tokens_BT": rng.integers(0, vocab, (B, T)).astype(np.int32),
+      "tokens_BT": tokens,
       "loss_mask_BT": mask,
       "advantages_B": rng.normal(size=B).astype(np.float32),
       "logp_behaviour_BT": np.full((B, T), -10.0, np.float32),
@@ -106,6 +110,8 @@ def main(argv=None) -> None:
   ap.add_argument("--model", default="smollm2-135m", help="a model SPEC (see spade_jax.loading)")
   ap.add_argument("--batch", type=int, default=8)
   ap.add_argument("--seq", type=int, default=256)
+  ap.add_argument("--group", type=int, default=1,
+                  help="rows per prompt: groups of rows share their first half")
   ap.add_argument("--steps", type=int, default=3, help="timed steps (after one compile step)")
   ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                   help="compute dtype (master params stay float32)")
@@ -113,16 +119,21 @@ def main(argv=None) -> None:
   ap.add_argument("--chunk", type=int, default=256)
   ap.add_argument("--remat", action="store_true")
   ap.add_argument("--entropy", action="store_true", help="also compute the entropy metric")
+  ap.add_argument("--no_share_prefix", action="store_true",
+                  help="score every row's prompt separately even where rows share it")
   ap.add_argument("--compare_torch", action="store_true")
   args = ap.parse_args(argv)
 
   mesh = sharding.make_mesh({"data": -1})
   loaded = loading.load_model(args.model, mesh, dtype=args.dtype, tokenizer=False)
   lcfg = learner_lib.LearnerConfig(micro_batch=args.micro_batch, chunk=args.chunk,
-                                   remat=args.remat, entropy=args.entropy)
+                                   remat=args.remat, entropy=args.entropy,
+                                   share_prefix=not args.no_share_prefix)
   lrn = learner_lib.make_learner(loaded.cfg, lcfg, mesh)
   state = lrn.init_state(loaded.params)
-  batch = synthetic_batch(args.batch, args.seq, loaded.cfg.vocab_size)
+  if args.group < 1 or args.batch % args.group:
+    raise SystemExit(f"--group {args.group} must divide --batch {args.batch}")
+  batch = synthetic_batch(args.batch, args.seq, loaded.cfg.vocab_size, group=args.group)
 
   t0 = time.perf_counter()
   state, m = lrn.train_step(state, batch)
@@ -147,6 +158,7 @@ def main(argv=None) -> None:
   tokens = args.batch * args.seq
   step_s = statistics.median(ours)
   out = {"bench": "train", "model": args.model, "batch": args.batch, "seq": args.seq,
+         "group": args.group, "share_prefix": lcfg.share_prefix,
          "dtype": args.dtype, "micro_batch": args.micro_batch, "remat": args.remat,
          "devices": len(jax.devices()), "platform": jax.devices()[0].platform,
          "tokens_per_s": round(tokens / step_s, 2), "step_s": round(step_s, 4),

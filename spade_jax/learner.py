@@ -15,6 +15,8 @@ scored from the logits at t - 1, so loss_mask_BT[:, 0] must be 0):
   logp_behaviour_BT float32 (the sampler's log-probs; anything where the mask is 0),
   temperature_B float32 (the sampling temperature; `logprobs.token_logprobs` convention),
   optional positions_BT int32 and valid_BT bool (left padding; default 0..T-1 and all valid),
+  optional prefix_tokens_UP int32 and prefix_slot_B int32 (rows that begin with the same prompt:
+  `prefix.find`, which the step runs itself when `share_prefix` is on),
   logp_ref_BT float32 only when kl_beta != 0 (no reference pass otherwise),
   optional score_index_BM int32 (the positions to score, see `score_index`; built from the loss
   mask when absent).
@@ -32,7 +34,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from spade_jax import logprobs, rl, sharding
+from spade_jax import logprobs, prefix, rl, sharding
 from spade_jax import model as model_lib
 
 
@@ -56,6 +58,7 @@ class LearnerConfig:
   chunk: int = 256  # sequence positions scored at a time (bounds the [B, chunk, V] logits)
   remat: bool = False  # recompute each layer's activations in the backward pass
   entropy: bool = True  # report the policy entropy over trained tokens (costs a softmax)
+  share_prefix: bool = True  # run a prompt that several rows begin with once (`prefix`)
 
   def __post_init__(self):
     if self.minibatches < 1 or self.micro_batch < 0 or self.chunk < 1:
@@ -109,9 +112,13 @@ def score(params, batch: Mapping[str, jax.Array], mcfg: model_lib.ModelConfig, c
   """
   tokens = batch["tokens_BT"]
   B, T = tokens.shape
-  valid = batch.get("valid_BT")
-  mask_BTS = None if valid is None else model_lib.default_mask(T, valid)
-  h = model_lib.hidden_states(params, tokens, mcfg, batch.get("positions_BT"), mask_BTS, remat)
+  if "prefix_tokens_UP" in batch:
+    h = prefix.hidden_states(params, tokens, batch["prefix_tokens_UP"], batch["prefix_slot_B"],
+                             mcfg, remat)
+  else:
+    valid = batch.get("valid_BT")
+    mask_BTS = None if valid is None else model_lib.default_mask(T, valid)
+    h = model_lib.hidden_states(params, tokens, mcfg, batch.get("positions_BT"), mask_BTS, remat)
   head = {k: params[k] for k in ("embed", "lm_head", "final_norm") if k in params}
   idx = batch.get("score_index_BM")
   if idx is None:
@@ -256,7 +263,7 @@ def batch_fields(cfg: LearnerConfig) -> tuple[str, ...]:
 def validate_batch(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards: int = 1) -> None:
   """Host-side checks that turn bad input into a clear error instead of a NaN update."""
   required = batch_fields(cfg)
-  optional = ("positions_BT", "valid_BT", "score_index_BM")
+  optional = ("positions_BT", "valid_BT", "score_index_BM", "prefix_tokens_UP", "prefix_slot_B")
   missing = [k for k in required if k not in batch]
   extra = [k for k in batch if k not in required + optional]
   if missing or extra:
@@ -269,6 +276,8 @@ def validate_batch(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards:
       want = (B, np.shape(v)[-1] if np.ndim(v) == 2 else -1)
       if np.size(v) and (np.min(v) < 0 or np.max(v) >= T):
         raise ValueError(f"score_index_BM has positions outside [0, {T})")
+    if k == "prefix_tokens_UP":  # checked below, against the rows
+      continue
     if np.shape(v) != want:
       raise ValueError(f"batch[{k!r}] has shape {np.shape(v)}, expected {want}")
   mask = np.asarray(batch["loss_mask_BT"])
@@ -289,6 +298,33 @@ def validate_batch(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards:
   if B % (M * n_batch_shards) or (B // M) % micro or micro % n_batch_shards:
     raise ValueError(f"batch {B} must split into {M} minibatches of micro-batches of {micro} "
                      f"rows, each divisible by the {n_batch_shards} batch shards")
+  if ("prefix_tokens_UP" in batch) != ("prefix_slot_B" in batch):
+    raise ValueError("prefix_tokens_UP and prefix_slot_B come together")
+  if "prefix_tokens_UP" in batch:
+    if not _whole_batch_steps(cfg, B) or "positions_BT" in batch or "valid_BT" in batch:
+      raise ValueError("shared prefixes need right-padded rows (no positions_BT / valid_BT) "
+                       "scored as one batch (micro_batch 0 or B, minibatches 1)")
+    prefix.check(batch["tokens_BT"], batch["prefix_tokens_UP"], batch["prefix_slot_B"])
+    if len(batch["prefix_tokens_UP"]) % n_batch_shards:
+      raise ValueError(f"{len(batch['prefix_tokens_UP'])} shared prefixes do not divide over "
+                       f"the {n_batch_shards} batch shards")
+
+
+def _whole_batch_steps(cfg: LearnerConfig, B: int) -> bool:
+  return cfg.minibatches == 1 and cfg.micro_batch in (0, B)
+
+
+def with_shared_prefixes(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards: int = 1):
+  """The batch plus `prefix.find`'s split when sharing applies and saves work; else as given."""
+  B = np.shape(batch["tokens_BT"])[0]
+  if (not cfg.share_prefix or "prefix_tokens_UP" in batch or "positions_BT" in batch
+      or "valid_BT" in batch or not _whole_batch_steps(cfg, B)):
+    return batch
+  bucket = -(-B // 8 // n_batch_shards) * n_batch_shards  # U in steps of ~B/8: few shapes
+  split = prefix.find(batch["tokens_BT"], slot_multiple=bucket)
+  if split is None:
+    return batch
+  return dict(batch, prefix_tokens_UP=split.tokens_UP, prefix_slot_B=split.slot_B)
 
 
 def make_learner(model_cfg: model_lib.ModelConfig, cfg: LearnerConfig, mesh: Mesh,
@@ -326,6 +362,7 @@ def make_learner(model_cfg: model_lib.ModelConfig, cfg: LearnerConfig, mesh: Mes
                       jax.device_put(jax.random.PRNGKey(seed), rep))
 
   def jitted_step(state: TrainState, batch: Mapping[str, Any]):
+    batch = with_shared_prefixes(batch, cfg, n_shards)
     if "score_index_BM" not in batch:
       batch = dict(batch, score_index_BM=score_index(batch["loss_mask_BT"]))
     batch = {k: jax.device_put(v, s) for (k, v), s in zip(batch.items(), batch_sh(batch).values())}

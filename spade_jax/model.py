@@ -361,11 +361,6 @@ def cast(tree, cfg: ModelConfig):
 # ---------------------------------------------------------------------------------------------
 # The forward pass
 
-# A layer body: (x_BTD, layer_params, extra) -> (x_BTD, out). `extra` is a per-layer scanned
-# input (e.g. that layer's KV cache) and `out` a per-layer scanned output.
-LayerFn = Callable[[jax.Array, Params, Any], tuple[jax.Array, Any]]
-
-
 def embed(params: Params, tokens_BT):
   """Token embeddings in the embedding table's dtype."""
   return jnp.take(params["embed"], tokens_BT, axis=0)
@@ -378,20 +373,40 @@ def unembed(params: Params, h_BTD, cfg: ModelConfig):
   return jnp.einsum("btd,dv->btv", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
 
 
-def default_mask(T: int, valid_BT=None):
-  """Causal mask [B or 1, T, T], with padded keys masked out when `valid_BT` is given."""
-  causal = jnp.tril(jnp.ones((T, T), bool))[None]
+def default_mask(T: int, valid_BT=None, offset: int = 0):
+  """Causal mask [B or 1, T, offset + T] for queries at key positions offset..offset+T-1, with
+  padded keys masked out when `valid_BT` is given (then offset must be 0)."""
+  causal = jnp.tril(jnp.ones((T, offset + T), bool), k=offset)[None]
   if valid_BT is None:
     return causal
   return causal & valid_BT[:, None, :].astype(bool)
 
 
-def decoder_layer(p, x_BTD, cos, sin, mask_BTS, cfg: ModelConfig):
-  """One pre-norm transformer block over a whole (uncached) sequence; `mask_BTS` is causal."""
-  q, k, v = qkv(p, x_BTD, cos, sin, cfg)
-  attn = attention_lib.attention(q, k, v, mask_BTS, causal=True)
-  x_BTD = x_BTD + dense(attn, p["wo"], 2, cfg.dtype)
-  return x_BTD + mlp(p, x_BTD, cfg)
+# Attention over a layer's streams: [(q, k, v) of each stream] -> [attention output of each].
+AttendFn = Callable[[list], list]
+
+
+def decoder_layer(p, xs, ropes, attend: AttendFn, cfg: ModelConfig):
+  """One pre-norm transformer block over whole (uncached) sequences.
+
+  `xs` holds residual streams [B_i, T_i, D] that share the layer's weights and `ropes` their
+  (cos, sin) tables; `attend` relates their queries, keys and values (one causal stream in the
+  plain forward pass; a shared prompt and its continuations in `prefix`).
+  """
+  attns = attend([qkv(p, x, cos, sin, cfg) for x, (cos, sin) in zip(xs, ropes)])
+  xs = [x + dense(a, p["wo"], 2, cfg.dtype) for x, a in zip(xs, attns)]
+  return tuple(x + mlp(p, x, cfg) for x in xs)
+
+
+def layer_stack(params: Params, xs, ropes, attend: AttendFn, cfg: ModelConfig,
+                remat: bool = False):
+  """Every decoder layer (a scan over the stacked weights) applied to the streams `xs`."""
+  def body(xs, p):
+    return decoder_layer(p, xs, ropes, attend, cfg), None
+
+  if remat:
+    body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)
+  return jax.lax.scan(body, tuple(xs), params["layers"])[0]
 
 
 def hidden_states(params: Params, tokens_BT, cfg: ModelConfig, positions_BT=None, mask_BTS=None,
@@ -407,15 +422,10 @@ def hidden_states(params: Params, tokens_BT, cfg: ModelConfig, positions_BT=None
     positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
   if mask_BTS is None:
     mask_BTS = default_mask(T)
-  cos, sin = rope_tables(positions_BT, cfg.head_dim, cfg.rope_theta)
-
-  def body(x, p):
-    return decoder_layer(p, x, cos, sin, mask_BTS, cfg), None
-
-  if remat:
-    body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)
-  x, _ = jax.lax.scan(body, embed(params, tokens_BT).astype(jnp.float32), params["layers"])
-  return x
+  rope = rope_tables(positions_BT, cfg.head_dim, cfg.rope_theta)
+  attend = lambda qkvs: [attention_lib.attention(*qkvs[0], mask_BTS, causal=True)]
+  x = embed(params, tokens_BT).astype(jnp.float32)
+  return layer_stack(params, (x,), (rope,), attend, cfg, remat)[0]
 
 
 def forward(params: Params, tokens_BT, cfg: ModelConfig, positions_BT=None, mask_BTS=None,

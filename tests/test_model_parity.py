@@ -159,6 +159,8 @@ def test_causal_spans_cover_the_queries_in_bounded_blocks():
   assert attention_lib.causal_spans(40) == ((0, 40, 40),)
   spans = attention_lib.causal_spans(4097)
   assert len(spans) == 8 and spans[0] == (0, 513, 513) and spans[-1] == (3591, 4097, 4097)
+  # Queries at key positions 100..227 (a continuation after a 100-token prefix).
+  assert attention_lib.causal_spans(128, 100) == ((0, 64, 164), (64, 128, 228))
 
 
 @pytest.mark.parametrize("dtype", [None, "bfloat16"])

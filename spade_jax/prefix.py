@@ -1,0 +1,96 @@
+"""Shared prompt prefixes: each distinct prompt of a batch runs through the model once.
+
+A GRPO batch holds groups of samples drawn from one prompt (SPADE.md §5: eight plays of each
+environment), so many rows begin with the same tokens. Scoring them row by row repeats the
+prompt's forward and backward pass once per sample. Here the batch is split at a position P into
+U distinct prefixes [U, P] and every row's continuation [B, T - P]: the prefixes go through the
+layers once, each continuation attends to its own prefix's keys and values (gathered per row; the
+backward pass sums their gradients over the rows that share them), and the hidden states come
+out as the [B, T, D] of the plain forward pass. The result is the same function of the
+parameters; only the repeated work is gone.
+
+`find` (host side) picks P and the distinct prefixes; `hidden_states` is the forward pass.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+from spade_jax import attention as attention_lib
+from spade_jax import model as model_lib
+
+
+class Split(NamedTuple):
+  tokens_UP: np.ndarray  # int32 [U, P]: the distinct prefixes (padded with copies of the first)
+  slot_B: np.ndarray  # int32 [B]: the prefix each row begins with
+
+
+def split_points(T: int, minimum: int = 32) -> list[int]:
+  """The candidate split points: minimum * {1, 1.5} * 2^i short of T, so a batch's shared part
+  loses at most a third to rounding and the step compiles for few distinct P."""
+  out, b = [], minimum
+  while b < T:
+    out += [p for p in (b, b * 3 // 2) if p < T]
+    b *= 2
+  return out
+
+
+def find(tokens_BT, slot_multiple: int = 1, min_saving: float = 0.1,
+         minimum: int = 32) -> Split | None:
+  """The split point P (one of `split_points`) that leaves the fewest token positions to run,
+  U * P + B * (T - P), with U the number of distinct prefixes rounded up to a multiple of
+  `slot_multiple` (the batch shards, times a bucket so that U takes few values). None unless it
+  saves at least `min_saving` of the B * T positions."""
+  tokens = np.asarray(tokens_BT)
+  B, T = tokens.shape
+  best_cost, best = B * T * (1.0 - min_saving), None
+  for P in split_points(T, minimum):
+    _, first, slot = np.unique(tokens[:, :P], axis=0, return_index=True, return_inverse=True)
+    U = -(-len(first) // slot_multiple) * slot_multiple
+    cost = U * P + B * (T - P)
+    if cost <= best_cost:
+      best_cost = cost
+      rows = np.concatenate([first, np.full(U - len(first), first[0])])
+      best = Split(tokens[rows, :P].astype(np.int32), slot.reshape(B).astype(np.int32))
+  return best
+
+
+def check(tokens_BT, tokens_UP, slot_B) -> None:
+  """Host side: a clear error unless every row begins with the prefix its slot names."""
+  tokens, prefixes, slot = (np.asarray(a) for a in (tokens_BT, tokens_UP, slot_B))
+  B, T = tokens.shape
+  if prefixes.ndim != 2 or slot.shape != (B,) or not 0 < prefixes.shape[1] < T:
+    raise ValueError(f"shared prefixes {prefixes.shape} / slots {slot.shape} do not fit tokens "
+                     f"{tokens.shape}: need [U, P] with 0 < P < T and one slot per row")
+  if slot.min() < 0 or slot.max() >= len(prefixes):
+    raise ValueError(f"prefix slots must lie in [0, {len(prefixes)})")
+  bad = np.flatnonzero((prefixes[slot] != tokens[:, :prefixes.shape[1]]).any(axis=1))
+  if len(bad):
+    raise ValueError(f"rows {bad.tolist()} do not begin with the shared prefix of their slot")
+
+
+def hidden_states(params, tokens_BT, tokens_UP, slot_B, cfg: model_lib.ModelConfig,
+                  remat: bool = False):
+  """`model.hidden_states` of right-padded (or unpadded) rows that begin with the prefixes
+  `tokens_UP[slot_B]`: [B, T, D] float32, each prefix run once."""
+  (U, P), (B, T) = tokens_UP.shape, tokens_BT.shape
+  S = T - P
+  pos_P = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32), (U, P))
+  pos_S = jnp.broadcast_to(jnp.arange(P, T, dtype=jnp.int32), (B, S))
+  ropes = tuple(model_lib.rope_tables(pos, cfg.head_dim, cfg.rope_theta) for pos in (pos_P, pos_S))
+  prefix_mask, rest_mask = model_lib.default_mask(P), model_lib.default_mask(S, offset=P)
+
+  def attend(qkvs):
+    (q_p, k_p, v_p), (q_s, k_s, v_s) = qkvs
+    k = jnp.concatenate([k_p[slot_B], k_s], axis=1)  # [B, T, K, Dh]: own prefix, then own rest
+    v = jnp.concatenate([v_p[slot_B], v_s], axis=1)
+    return [attention_lib.attention(q_p, k_p, v_p, prefix_mask, causal=True),
+            attention_lib.attention(q_s, k, v, rest_mask, causal=True)]
+
+  xs = (model_lib.embed(params, tokens_UP).astype(jnp.float32),
+        model_lib.embed(params, tokens_BT[:, P:]).astype(jnp.float32))
+  h_p, h_s = model_lib.layer_stack(params, xs, ropes, attend, cfg, remat)
+  return jnp.concatenate([h_p[slot_B], h_s], axis=1)

@@ -1,0 +1,145 @@
+"""Shared prompt prefixes: the split `find` picks, the forward pass that runs each prefix once
+(same hidden states and gradients as row by row), and the learner step with and without it."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spade_jax import attention as attention_lib
+from spade_jax import learner as learner_lib
+from spade_jax import model as model_lib
+from spade_jax import prefix, sharding
+from tests.test_learner import CFG, assert_same_step, fresh, one_device_mesh
+
+B, T = 8, 64
+
+
+def grouped_tokens(seed=0, shared=(40, 40, 40, 40, 37, 37, 37, 37)):
+  """Rows 0-3 share their first 40 tokens, rows 4-7 their first 37."""
+  rng = np.random.default_rng(seed)
+  tokens = rng.integers(0, CFG.vocab_size, (B, T)).astype(np.int32)
+  for b, n in enumerate(shared):
+    tokens[b, :n] = tokens[b // 4 * 4, :n]
+  return tokens
+
+
+def test_find_picks_the_cheapest_split_and_groups_rows():
+  split = prefix.find(grouped_tokens())
+  assert split.tokens_UP.shape == (2, 32)  # split points 32, 48: 48 is past group 2's prompt
+  assert list(split.slot_B) == [0] * 4 + [1] * 4 or list(split.slot_B) == [1] * 4 + [0] * 4
+  tokens = grouped_tokens()
+  np.testing.assert_array_equal(split.tokens_UP[split.slot_B], tokens[:, :32])
+  # Slots padded to the shard multiple with copies of the first prefix (no row points at them).
+  padded = prefix.find(tokens, slot_multiple=3)
+  assert padded.tokens_UP.shape == (3, 32) and padded.slot_B.max() == 1
+  np.testing.assert_array_equal(padded.tokens_UP[2], padded.tokens_UP[0])
+
+
+def test_find_declines_when_rows_share_too_little():
+  rng = np.random.default_rng(1)
+  assert prefix.find(rng.integers(0, 256, (B, T))) is None  # nothing shared
+  pairs = grouped_tokens(shared=(40,) * 2 + (0,) * 6)  # rows 0-1 only: saves 32 of 512
+  assert prefix.find(pairs) is None
+  assert prefix.find(pairs, min_saving=0.05).tokens_UP.shape == (7, 32)
+  assert prefix.split_points(256) == [32, 48, 64, 96, 128, 192]
+
+
+def test_check_names_rows_that_do_not_begin_with_their_prefix():
+  tokens = grouped_tokens()
+  split = prefix.find(tokens)
+  prefix.check(tokens, *split)
+  tokens[5, 3] += 1
+  with pytest.raises(ValueError, match=r"rows \[5\]"):
+    prefix.check(tokens, *split)
+  with pytest.raises(ValueError, match="slots must lie"):
+    prefix.check(grouped_tokens(), split.tokens_UP, split.slot_B + 1)
+  with pytest.raises(ValueError, match="do not fit"):
+    prefix.check(grouped_tokens(), grouped_tokens(), split.slot_B)  # P == T
+
+
+@pytest.mark.parametrize("remat", [False, True])
+def test_hidden_states_and_gradients_equal_the_row_by_row_pass(remat, monkeypatch):
+  """Each prefix run once, its keys and values gathered per row (small query blocks, so the
+  continuations' offset causal spans are exercised), against the plain forward pass."""
+  monkeypatch.setattr(attention_lib, "causal_spans",
+                      functools.partial(attention_lib.causal_spans, max_blocks=3, min_block=4))
+  params = model_lib.init_params(CFG, jax.random.key(2))
+  tokens = jnp.asarray(grouped_tokens(3))
+  split = prefix.find(tokens)
+  w = jax.random.normal(jax.random.key(3), (B, T, CFG.d_model))
+  plain = lambda p: jnp.sum(model_lib.hidden_states(p, tokens, CFG, remat=remat) * w)
+  shared = lambda p: jnp.sum(prefix.hidden_states(
+      p, tokens, jnp.asarray(split.tokens_UP), jnp.asarray(split.slot_B), CFG, remat) * w)
+  np.testing.assert_allclose(
+      prefix.hidden_states(params, tokens, *map(jnp.asarray, split), CFG),
+      model_lib.hidden_states(params, tokens, CFG), rtol=1e-5, atol=1e-5)
+  g_plain, g_shared = jax.grad(plain)(params), jax.grad(shared)(params)
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g_plain), jax.tree.leaves(g_shared)):
+    np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5 * np.abs(a).max(),
+                               err_msg=jax.tree_util.keystr(path))
+
+
+def grouped_batch(seed=0):
+  rng = np.random.default_rng(seed)
+  mask = np.zeros((B, T), np.float32)
+  mask[:, 30:] = (rng.random((B, T - 30)) > 0.2)  # trained tokens inside the prefix too
+  return {
+      "tokens_BT": grouped_tokens(seed),
+      "loss_mask_BT": mask,
+      "advantages_B": rng.normal(size=B).astype(np.float32),
+      "logp_behaviour_BT": (-5.5 + 0.3 * rng.normal(size=(B, T))).astype(np.float32),
+      "temperature_B": rng.choice([0.6, 1.0], size=B).astype(np.float32),
+  }
+
+
+SHARED = learner_lib.LearnerConfig()
+UNSHARED = learner_lib.LearnerConfig(share_prefix=False)
+
+
+def test_step_with_shared_prefixes_equals_the_unshared_step():
+  batch = grouped_batch(4)
+  assert "prefix_tokens_UP" in learner_lib.with_shared_prefixes(batch, SHARED)
+  lrn, s_shared = fresh(one_device_mesh(), SHARED)
+  s_shared, m_shared = lrn.train_step(s_shared, batch)
+  lrn, s_plain = fresh(one_device_mesh(), UNSHARED)
+  s_plain, m_plain = lrn.train_step(s_plain, batch)
+  assert_same_step(s_plain, s_shared, 1e-6)
+  for k in m_plain:
+    np.testing.assert_allclose(m_shared[k], m_plain[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_shared_prefixes_on_a_222_mesh_equal_one_device():
+  """Two prompts over 4 batch shards: the slots are padded to 4 and split over the shards."""
+  batch = grouped_batch(5)
+  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  assert learner_lib.with_shared_prefixes(batch, SHARED, 4)["prefix_tokens_UP"].shape == (4, 32)
+  lrn1, s1 = fresh(one_device_mesh(), UNSHARED)
+  s1, m1 = lrn1.train_step(s1, batch)
+  lrn8, s8 = fresh(mesh, SHARED)
+  s8, m8 = lrn8.train_step(s8, batch)
+  assert_same_step(s1, s8, 1e-5)
+  np.testing.assert_allclose(m1["loss"], m8["loss"], rtol=1e-5)
+
+
+def test_prefixes_that_do_not_fit_the_step_are_a_clear_error():
+  batch = grouped_batch()
+  split = prefix.find(batch["tokens_BT"])
+  given = dict(batch, prefix_tokens_UP=split.tokens_UP, prefix_slot_B=split.slot_B)
+  lrn, state = fresh(one_device_mesh(), learner_lib.LearnerConfig(micro_batch=4))
+  with pytest.raises(ValueError, match="scored as one batch"):
+    lrn.train_step(state, given)
+  lrn, state = fresh(one_device_mesh(), SHARED)
+  with pytest.raises(ValueError, match="come together"):
+    lrn.train_step(state, dict(batch, prefix_slot_B=split.slot_B))
+  bad = dict(given, tokens_BT=given["tokens_BT"].copy())
+  bad["tokens_BT"][2, 0] += 1
+  with pytest.raises(ValueError, match=r"rows \[2\]"):
+    lrn.train_step(state, bad)
+  # Micro-batched steps and left-padded rows score row by row: the step adds no prefixes.
+  assert "prefix_tokens_UP" not in learner_lib.with_shared_prefixes(
+      batch, learner_lib.LearnerConfig(micro_batch=4))
+  assert "prefix_tokens_UP" not in learner_lib.with_shared_prefixes(
+      dict(batch, valid_BT=np.ones((B, T), bool)), SHARED)
