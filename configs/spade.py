@@ -80,7 +80,8 @@ def get_config(arg=None):
   c.rl = ml_collections.ConfigDict(dict(eps_low=0.2, eps_high=0.28, tis_cap=2.0, kl_beta=0.0,
                                         kl_clamp=10.0))
   c.optim = ml_collections.ConfigDict(dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98,
-                                           eps=1e-8, grad_clip=1.0, micro_batch=0, remat=True))
+                                           eps=1e-8, grad_clip=1.0, micro_batch=0, remat=True,
+                                           share_prefix=True))  # run a group's shared prompt once
 
   # §8 memory and corpus
   c.memory = ml_collections.ConfigDict(dict(capacity=200, code_chars=2000, n_positive=2,

@@ -162,7 +162,8 @@ def main(argv=None) -> None:
          "dtype": args.dtype, "micro_batch": args.micro_batch, "remat": args.remat,
          "devices": len(jax.devices()), "platform": jax.devices()[0].platform,
          "tokens_per_s": round(tokens / step_s, 2), "step_s": round(step_s, 4),
-         "compile_s": round(compile_s - step_s, 2), "loss": float(m["loss"])}
+         "compile_s": round(compile_s - step_s, 2), "loss": float(m["loss"]),
+         "prefix_saving": round(float(m["prefix_saving"]), 3)}
   peak = bench.accelerator_peak(PEAK_FLOPS)
   if peak:
     flops = train_flops_per_token(loaded.cfg, args.seq) * tokens / step_s

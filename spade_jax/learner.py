@@ -301,30 +301,44 @@ def validate_batch(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards:
   if ("prefix_tokens_UP" in batch) != ("prefix_slot_B" in batch):
     raise ValueError("prefix_tokens_UP and prefix_slot_B come together")
   if "prefix_tokens_UP" in batch:
-    if not _whole_batch_steps(cfg, B) or "positions_BT" in batch or "valid_BT" in batch:
+    if M != 1 or "positions_BT" in batch or "valid_BT" in batch:
       raise ValueError("shared prefixes need right-padded rows (no positions_BT / valid_BT) "
-                       "scored as one batch (micro_batch 0 or B, minibatches 1)")
-    prefix.check(batch["tokens_BT"], batch["prefix_tokens_UP"], batch["prefix_slot_B"])
-    if len(batch["prefix_tokens_UP"]) % n_batch_shards:
+                       "and one optimizer step per batch (minibatches 1)")
+    prefix.check(batch["tokens_BT"], batch["prefix_tokens_UP"], batch["prefix_slot_B"],
+                 B // micro)
+    if len(batch["prefix_tokens_UP"]) // (B // micro) % n_batch_shards:
       raise ValueError(f"{len(batch['prefix_tokens_UP'])} shared prefixes do not divide over "
-                       f"the {n_batch_shards} batch shards")
-
-
-def _whole_batch_steps(cfg: LearnerConfig, B: int) -> bool:
-  return cfg.minibatches == 1 and cfg.micro_batch in (0, B)
+                       f"the {n_batch_shards} batch shards in each micro-batch")
 
 
 def with_shared_prefixes(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards: int = 1):
-  """The batch plus `prefix.find`'s split when sharing applies and saves work; else as given."""
+  """The batch with `prefix.find`'s split when sharing applies and saves work, else as given.
+
+  With micro-batches the rows are reordered first (`prefix.grouping_order`) so that rows which
+  share a prompt fall into the same micro-batch; the loss, a mean over rows, does not change.
+  """
   B = np.shape(batch["tokens_BT"])[0]
-  if (not cfg.share_prefix or "prefix_tokens_UP" in batch or "positions_BT" in batch
-      or "valid_BT" in batch or not _whole_batch_steps(cfg, B)):
+  if (not cfg.share_prefix or cfg.minibatches != 1 or "prefix_tokens_UP" in batch
+      or "positions_BT" in batch or "valid_BT" in batch):
     return batch
-  bucket = -(-B // 8 // n_batch_shards) * n_batch_shards  # U in steps of ~B/8: few shapes
-  split = prefix.find(batch["tokens_BT"], slot_multiple=bucket)
+  micro = cfg.micro_batch or B
+  parts = B // micro
+  bucket = -(-micro // 8 // n_batch_shards) * n_batch_shards  # U in steps of ~micro/8
+  tokens = np.asarray(batch["tokens_BT"])
+  order = prefix.grouping_order(tokens, parts) if parts > 1 else np.arange(B)
+  split = prefix.find(tokens[order], parts, bucket)
   if split is None:
     return batch
-  return dict(batch, prefix_tokens_UP=split.tokens_UP, prefix_slot_B=split.slot_B)
+  rows = {k: np.asarray(v)[order] for k, v in batch.items()}
+  return dict(rows, prefix_tokens_UP=split.tokens_UP, prefix_slot_B=split.slot_B)
+
+
+def prefix_saving(batch: Mapping[str, Any]) -> float:
+  """The fraction of the batch's token positions that shared prefixes spare the model."""
+  if "prefix_tokens_UP" not in batch:
+    return 0.0
+  (B, T), (N, P) = np.shape(batch["tokens_BT"]), np.shape(batch["prefix_tokens_UP"])
+  return 1.0 - (N * P + B * (T - P)) / (B * T)
 
 
 def make_learner(model_cfg: model_lib.ModelConfig, cfg: LearnerConfig, mesh: Mesh,
@@ -365,8 +379,10 @@ def make_learner(model_cfg: model_lib.ModelConfig, cfg: LearnerConfig, mesh: Mes
     batch = with_shared_prefixes(batch, cfg, n_shards)
     if "score_index_BM" not in batch:
       batch = dict(batch, score_index_BM=score_index(batch["loss_mask_BT"]))
+    saving = prefix_saving(batch)
     batch = {k: jax.device_put(v, s) for (k, v), s in zip(batch.items(), batch_sh(batch).values())}
-    return jitted(batch)(state, batch)
+    state, metrics = jitted(batch)(state, batch)
+    return state, dict(metrics, prefix_saving=np.float32(saving))
 
   def train_step(state: TrainState, batch: Mapping[str, Any]):
     validate_batch(batch, cfg, n_shards)

@@ -9,7 +9,8 @@ backward pass sums their gradients over the rows that share them), and the hidde
 out as the [B, T, D] of the plain forward pass. The result is the same function of the
 parameters; only the repeated work is gone.
 
-`find` (host side) picks P and the distinct prefixes; `hidden_states` is the forward pass.
+`find` (host side) picks P and the distinct prefixes, `grouping_order` puts rows that share a
+prompt into the same micro-batch, and `hidden_states` is the forward pass.
 """
 
 from __future__ import annotations
@@ -38,36 +39,64 @@ def split_points(T: int, minimum: int = 32) -> list[int]:
   return out
 
 
-def find(tokens_BT, slot_multiple: int = 1, min_saving: float = 0.1,
+def find(tokens_BT, parts: int = 1, slot_multiple: int = 1, min_saving: float = 0.1,
          minimum: int = 32) -> Split | None:
   """The split point P (one of `split_points`) that leaves the fewest token positions to run,
-  U * P + B * (T - P), with U the number of distinct prefixes rounded up to a multiple of
-  `slot_multiple` (the batch shards, times a bucket so that U takes few values). None unless it
-  saves at least `min_saving` of the B * T positions."""
+  parts * U * P + B * (T - P), or None unless it saves at least `min_saving` of the B * T.
+
+  The rows form `parts` micro-batches, micro-batch j holding rows j, j + parts, ... (the
+  learner's interleaved split), each with its own U prefixes: U is the most distinct prefixes of
+  any micro-batch, rounded up to a multiple of `slot_multiple` (the batch shards, times a bucket
+  so that U takes few values). The prefixes are laid out so that the same split hands each
+  micro-batch its own (prefix u of micro-batch j is row u * parts + j), and a row's slot counts
+  within its micro-batch.
+  """
   tokens = np.asarray(tokens_BT)
   B, T = tokens.shape
+  micro = [tokens[j::parts] for j in range(parts)]
   best_cost, best = B * T * (1.0 - min_saving), None
   for P in split_points(T, minimum):
-    _, first, slot = np.unique(tokens[:, :P], axis=0, return_index=True, return_inverse=True)
-    U = -(-len(first) // slot_multiple) * slot_multiple
-    cost = U * P + B * (T - P)
+    found = [np.unique(m[:, :P], axis=0, return_index=True, return_inverse=True) for m in micro]
+    U = -(-max(len(first) for _, first, _ in found) // slot_multiple) * slot_multiple
+    cost = parts * U * P + B * (T - P)
     if cost <= best_cost:
       best_cost = cost
-      rows = np.concatenate([first, np.full(U - len(first), first[0])])
-      best = Split(tokens[rows, :P].astype(np.int32), slot.reshape(B).astype(np.int32))
+      prefixes = np.stack([m[np.concatenate([first, np.full(U - len(first), first[0])]), :P]
+                           for m, (_, first, _) in zip(micro, found)])  # [parts, U, P]
+      slots = np.stack([slot.reshape(-1) for _, _, slot in found])  # [parts, B / parts]
+      best = Split(prefixes.swapaxes(0, 1).reshape(U * parts, P).astype(np.int32),
+                   slots.T.reshape(B).astype(np.int32))
   return best
 
 
-def check(tokens_BT, tokens_UP, slot_B) -> None:
-  """Host side: a clear error unless every row begins with the prefix its slot names."""
+def grouping_order(tokens_BT, parts: int) -> np.ndarray:
+  """A row order under which the interleaved micro-batches hold runs of lexicographically sorted
+  rows, so rows that share a prompt land in the same micro-batch: new row r * parts + j is the
+  (j * B / parts + r)-th row in sorted order. The loss is a mean over rows: the order is free."""
+  tokens = np.asarray(tokens_BT)
+  B = tokens.shape[0]
+  ranked = np.lexsort(tokens.T[::-1])
+  i = np.arange(B)
+  order = np.empty(B, np.int64)
+  order[i % (B // parts) * parts + i // (B // parts)] = ranked
+  return order
+
+
+def check(tokens_BT, tokens_UP, slot_B, parts: int = 1) -> None:
+  """Host side: a clear error unless every row begins with the prefix its slot names, among its
+  micro-batch's prefixes (laid out as `find` does)."""
   tokens, prefixes, slot = (np.asarray(a) for a in (tokens_BT, tokens_UP, slot_B))
   B, T = tokens.shape
-  if prefixes.ndim != 2 or slot.shape != (B,) or not 0 < prefixes.shape[1] < T:
+  if (prefixes.ndim != 2 or slot.shape != (B,) or not 0 < prefixes.shape[1] < T
+      or len(prefixes) % parts):
     raise ValueError(f"shared prefixes {prefixes.shape} / slots {slot.shape} do not fit tokens "
-                     f"{tokens.shape}: need [U, P] with 0 < P < T and one slot per row")
-  if slot.min() < 0 or slot.max() >= len(prefixes):
-    raise ValueError(f"prefix slots must lie in [0, {len(prefixes)})")
-  bad = np.flatnonzero((prefixes[slot] != tokens[:, :prefixes.shape[1]]).any(axis=1))
+                     f"{tokens.shape} in {parts} micro-batches: need [U * micro-batches, P] with "
+                     f"0 < P < T and one slot per row")
+  if slot.min() < 0 or slot.max() >= len(prefixes) // parts:
+    raise ValueError(f"prefix slots must lie in [0, {len(prefixes) // parts})")
+  rows = np.arange(B)
+  own = prefixes[slot * parts + rows % parts]  # row b's prefix: its micro-batch's slot-th
+  bad = np.flatnonzero((own != tokens[:, :prefixes.shape[1]]).any(axis=1))
   if len(bad):
     raise ValueError(f"rows {bad.tolist()} do not begin with the shared prefix of their slot")
 

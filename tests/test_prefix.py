@@ -47,6 +47,22 @@ def test_find_declines_when_rows_share_too_little():
   assert prefix.split_points(256) == [32, 48, 64, 96, 128, 192]
 
 
+def test_micro_batches_get_their_own_prefixes():
+  """Rows of one prompt scattered over the batch: the grouping order brings each prompt's rows
+  into one of the two interleaved micro-batches (rows j, j + 2, ...), each with its own prefix."""
+  tokens = grouped_tokens()[[0, 4, 1, 5, 6, 2, 3, 7]]
+  order = prefix.grouping_order(tokens, 2)
+  assert sorted(order) == list(range(B))
+  assert all(len({tokens[order][b, :37].tobytes() for b in range(j, B, 2)}) == 1 for j in (0, 1))
+  split = prefix.find(tokens[order], parts=2)
+  assert split.tokens_UP.shape == (2, 32) and not split.slot_B.any()  # one prefix per micro-batch
+  prefix.check(tokens[order], *split, parts=2)
+  # Without the reordering each micro-batch holds both prompts: twice the prefixes.
+  assert prefix.find(tokens, parts=2).tokens_UP.shape == (4, 32)
+  with pytest.raises(ValueError, match="do not begin"):
+    prefix.check(tokens, *split, parts=2)
+
+
 def test_check_names_rows_that_do_not_begin_with_their_prefix():
   tokens = grouped_tokens()
   split = prefix.find(tokens)
@@ -107,7 +123,9 @@ def test_step_with_shared_prefixes_equals_the_unshared_step():
   lrn, s_plain = fresh(one_device_mesh(), UNSHARED)
   s_plain, m_plain = lrn.train_step(s_plain, batch)
   assert_same_step(s_plain, s_shared, 1e-6)
-  for k in m_plain:
+  # 2 prefixes of 32 and 8 continuations of 32 run, of 8 x 64 positions.
+  assert m_plain["prefix_saving"] == 0 and m_shared["prefix_saving"] == 1 - (64 + 256) / 512
+  for k in set(m_plain) - {"prefix_saving"}:
     np.testing.assert_allclose(m_shared[k], m_plain[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
@@ -124,12 +142,28 @@ def test_shared_prefixes_on_a_222_mesh_equal_one_device():
   np.testing.assert_allclose(m1["loss"], m8["loss"], rtol=1e-5)
 
 
+def test_micro_batched_step_with_shared_prefixes_equals_the_full_unshared_step():
+  """Micro-batches of 4 rows, the two prompts' rows interleaved in the batch: reordered so that
+  each micro-batch holds one prompt's rows, the step equals the plain full-batch step."""
+  batch = {k: v[[0, 4, 1, 5, 6, 2, 3, 7]] for k, v in grouped_batch(6).items()}
+  micro = learner_lib.LearnerConfig(micro_batch=4)
+  shared = learner_lib.with_shared_prefixes(batch, micro)
+  assert shared["prefix_tokens_UP"].shape == (2, 32)
+  lrn, s_full = fresh(one_device_mesh(), UNSHARED)
+  s_full, m_full = lrn.train_step(s_full, batch)
+  lrn, s_micro = fresh(one_device_mesh(), micro)
+  s_micro, m_micro = lrn.train_step(s_micro, batch)
+  assert_same_step(s_full, s_micro, 1e-6)
+  for k in set(m_full) - {"prefix_saving"}:
+    np.testing.assert_allclose(m_micro[k], m_full[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
 def test_prefixes_that_do_not_fit_the_step_are_a_clear_error():
   batch = grouped_batch()
   split = prefix.find(batch["tokens_BT"])
   given = dict(batch, prefix_tokens_UP=split.tokens_UP, prefix_slot_B=split.slot_B)
-  lrn, state = fresh(one_device_mesh(), learner_lib.LearnerConfig(micro_batch=4))
-  with pytest.raises(ValueError, match="scored as one batch"):
+  lrn, state = fresh(one_device_mesh(), learner_lib.LearnerConfig(minibatches=2))
+  with pytest.raises(ValueError, match="minibatches 1"):
     lrn.train_step(state, given)
   lrn, state = fresh(one_device_mesh(), SHARED)
   with pytest.raises(ValueError, match="come together"):
@@ -138,8 +172,8 @@ def test_prefixes_that_do_not_fit_the_step_are_a_clear_error():
   bad["tokens_BT"][2, 0] += 1
   with pytest.raises(ValueError, match=r"rows \[2\]"):
     lrn.train_step(state, bad)
-  # Micro-batched steps and left-padded rows score row by row: the step adds no prefixes.
+  # Several optimizer steps per batch and left-padded rows score row by row: no prefixes added.
   assert "prefix_tokens_UP" not in learner_lib.with_shared_prefixes(
-      batch, learner_lib.LearnerConfig(micro_batch=4))
+      batch, learner_lib.LearnerConfig(minibatches=2))
   assert "prefix_tokens_UP" not in learner_lib.with_shared_prefixes(
       dict(batch, valid_BT=np.ones((B, T), bool)), SHARED)

@@ -59,7 +59,8 @@ def learner_config(c) -> learner_lib.LearnerConfig:
   return learner_lib.LearnerConfig(
       lr=o.lr, weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, adam_eps=o.eps,
       max_grad_norm=o.grad_clip, eps_low=r.eps_low, eps_high=r.eps_high, tis_cap=r.tis_cap,
-      kl_beta=r.kl_beta, kl_clamp=r.kl_clamp, micro_batch=o.micro_batch, remat=o.remat)
+      kl_beta=r.kl_beta, kl_clamp=r.kl_clamp, micro_batch=o.micro_batch, remat=o.remat,
+      share_prefix=o.share_prefix)
 
 
 def _starter_cards(skills, need: int, step: int) -> list[dict[str, Any]]:
