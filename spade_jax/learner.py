@@ -109,6 +109,7 @@ def score(params, batch: Mapping[str, jax.Array], mcfg: model_lib.ModelConfig, c
   With `score_index_BM` in the batch (see `score_index`) only those positions are scored and the
   rest read 0: the output projection, the model's largest matmul, runs on trained tokens only.
   Logits exist one [B, chunk, V] block at a time and are recomputed, not stored, for the backward.
+  With `prefix_tokens_UP` / `prefix_slot_B` each shared prompt runs once (`prefix`).
   """
   tokens = batch["tokens_BT"]
   B, T = tokens.shape

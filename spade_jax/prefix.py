@@ -39,7 +39,7 @@ def split_points(T: int, minimum: int = 32) -> list[int]:
   return out
 
 
-def find(tokens_BT, parts: int = 1, slot_multiple: int = 1, min_saving: float = 0.1,
+def find(tokens_BT, parts: int = 1, slot_multiple: int = 1, min_saving: float = 0.05,
          minimum: int = 32) -> Split | None:
   """The split point P (one of `split_points`) that leaves the fewest token positions to run,
   parts * U * P + B * (T - P), or None unless it saves at least `min_saving` of the B * T.
@@ -53,20 +53,34 @@ def find(tokens_BT, parts: int = 1, slot_multiple: int = 1, min_saving: float = 
   """
   tokens = np.asarray(tokens_BT)
   B, T = tokens.shape
-  micro = [tokens[j::parts] for j in range(parts)]
+  micro = [_sorted_runs(tokens[j::parts]) for j in range(parts)]
   best_cost, best = B * T * (1.0 - min_saving), None
   for P in split_points(T, minimum):
-    found = [np.unique(m[:, :P], axis=0, return_index=True, return_inverse=True) for m in micro]
-    U = -(-max(len(first) for _, first, _ in found) // slot_multiple) * slot_multiple
+    # In sorted order a new prefix starts wherever a row shares fewer than P tokens with the last.
+    starts = [np.concatenate([[0], np.cumsum(lcp < P)]) for _, lcp in micro]
+    U = -(-max(int(st[-1]) + 1 for st in starts) // slot_multiple) * slot_multiple
     cost = parts * U * P + B * (T - P)
     if cost <= best_cost:
       best_cost = cost
-      prefixes = np.stack([m[np.concatenate([first, np.full(U - len(first), first[0])]), :P]
-                           for m, (_, first, _) in zip(micro, found)])  # [parts, U, P]
-      slots = np.stack([slot.reshape(-1) for _, _, slot in found])  # [parts, B / parts]
-      best = Split(prefixes.swapaxes(0, 1).reshape(U * parts, P).astype(np.int32),
-                   slots.T.reshape(B).astype(np.int32))
+      prefixes, slots = [], []
+      for j, ((order, _), st) in enumerate(zip(micro, starts)):
+        first = order[np.flatnonzero(np.diff(st, prepend=-1))]  # each prefix's first sorted row
+        rows = np.concatenate([first, np.full(U - len(first), first[0])])
+        prefixes.append(tokens[j::parts][rows, :P])
+        slots.append(np.empty_like(st))
+        slots[-1][order] = st
+      best = Split(np.stack(prefixes).swapaxes(0, 1).reshape(U * parts, P).astype(np.int32),
+                   np.stack(slots).T.reshape(B).astype(np.int32))
   return best
+
+
+def _sorted_runs(tokens_BT):
+  """The rows' lexicographic order and, along it, how many leading tokens each row shares with
+  the row before it ([B - 1])."""
+  order = np.lexsort(tokens_BT.T[::-1])
+  ranked = tokens_BT[order]
+  differ = ranked[1:] != ranked[:-1]
+  return order, np.where(differ.any(axis=1), differ.argmax(axis=1), tokens_BT.shape[1])
 
 
 def grouping_order(tokens_BT, parts: int) -> np.ndarray:

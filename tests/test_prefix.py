@@ -42,9 +42,29 @@ def test_find_declines_when_rows_share_too_little():
   rng = np.random.default_rng(1)
   assert prefix.find(rng.integers(0, 256, (B, T))) is None  # nothing shared
   pairs = grouped_tokens(shared=(40,) * 2 + (0,) * 6)  # rows 0-1 only: saves 32 of 512
-  assert prefix.find(pairs) is None
-  assert prefix.find(pairs, min_saving=0.05).tokens_UP.shape == (7, 32)
+  assert prefix.find(pairs, min_saving=0.1) is None
+  assert prefix.find(pairs).tokens_UP.shape == (7, 32)  # saves 6.25% >= the default 5%
   assert prefix.split_points(256) == [32, 48, 64, 96, 128, 192]
+
+
+@pytest.mark.parametrize("parts", [1, 2, 4])
+def test_find_on_random_groups_is_consistent_and_minimal(parts):
+  """Random group sizes and shared lengths: every row begins with its slot's prefix, and each
+  micro-batch's prefixes are exactly its distinct rows' first P tokens."""
+  rng = np.random.default_rng(parts)
+  for _ in range(20):
+    tokens = rng.integers(0, 5, (B, T)).astype(np.int32)  # a small vocabulary: chance overlaps
+    for b in range(1, B):
+      if rng.random() < 0.7:
+        src, n = rng.integers(0, b), rng.integers(0, T)
+        tokens[b, :n] = tokens[src, :n]
+    split = prefix.find(tokens, parts, min_saving=0.0)
+    if split is None:
+      continue
+    prefix.check(tokens, *split, parts=parts)
+    P = split.tokens_UP.shape[1]
+    U = max(len(np.unique(tokens[j::parts, :P], axis=0)) for j in range(parts))
+    assert split.tokens_UP.shape[0] == U * parts
 
 
 def test_micro_batches_get_their_own_prefixes():
