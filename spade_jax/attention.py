@@ -109,7 +109,7 @@ def attention(q_BTHD, k_BSKD, v_BSKD, mask_BTS, causal: bool = False):
   """Grouped-query attention; softmax in float32. Fully masked query rows give zeros.
 
   `causal=True` promises that the mask lets no query see a later key, the queries being the
-  last T of the S key positions (as `default_mask`, or `offset_causal_mask` when S > T): the
+  last T of the S key positions (as `default_mask`, with an offset of S - T when S > T): the
   queries then run in blocks (`causal_spans`) that skip the keys past each block's end.
   """
   B, T, H, Dh = q_BTHD.shape
