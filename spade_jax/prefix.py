@@ -77,10 +77,14 @@ def find(tokens_BT, parts: int = 1, slot_multiple: int = 1, min_saving: float = 
 def _sorted_runs(tokens_BT):
   """The rows' lexicographic order and, along it, how many leading tokens each row shares with
   the row before it ([B - 1])."""
-  order = np.lexsort(tokens_BT.T[::-1])
+  order = _lexicographic(tokens_BT)
   ranked = tokens_BT[order]
   differ = ranked[1:] != ranked[:-1]
   return order, np.where(differ.any(axis=1), differ.argmax(axis=1), tokens_BT.shape[1])
+
+
+def _lexicographic(tokens_BT):
+  return np.lexsort(tokens_BT.T[::-1])  # the last key sorts first: column 0 leads
 
 
 def grouping_order(tokens_BT, parts: int) -> np.ndarray:
@@ -89,10 +93,9 @@ def grouping_order(tokens_BT, parts: int) -> np.ndarray:
   (j * B / parts + r)-th row in sorted order. The loss is a mean over rows: the order is free."""
   tokens = np.asarray(tokens_BT)
   B = tokens.shape[0]
-  ranked = np.lexsort(tokens.T[::-1])
   i = np.arange(B)
   order = np.empty(B, np.int64)
-  order[i % (B // parts) * parts + i // (B // parts)] = ranked
+  order[i % (B // parts) * parts + i // (B // parts)] = _lexicographic(tokens)
   return order
 
 
