@@ -123,6 +123,8 @@ def main(argv=None) -> None:
                   help="score every row's prompt separately even where rows share it")
   ap.add_argument("--compare_torch", action="store_true")
   args = ap.parse_args(argv)
+  if args.group < 1 or args.batch % args.group:
+    ap.error(f"--group {args.group} must divide --batch {args.batch}")
 
   mesh = sharding.make_mesh({"data": -1})
   loaded = loading.load_model(args.model, mesh, dtype=args.dtype, tokenizer=False)
@@ -131,8 +133,6 @@ def main(argv=None) -> None:
                                    share_prefix=not args.no_share_prefix)
   lrn = learner_lib.make_learner(loaded.cfg, lcfg, mesh)
   state = lrn.init_state(loaded.params)
-  if args.group < 1 or args.batch % args.group:
-    raise SystemExit(f"--group {args.group} must divide --batch {args.batch}")
   batch = synthetic_batch(args.batch, args.seq, loaded.cfg.vocab_size, group=args.group)
 
   t0 = time.perf_counter()

@@ -302,7 +302,7 @@ def validate_batch(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards:
   if ("prefix_tokens_UP" in batch) != ("prefix_slot_B" in batch):
     raise ValueError("prefix_tokens_UP and prefix_slot_B come together")
   if "prefix_tokens_UP" in batch:
-    if M != 1 or "positions_BT" in batch or "valid_BT" in batch:
+    if not _prefixes_apply(batch, cfg):
       raise ValueError("shared prefixes need right-padded rows (no positions_BT / valid_BT) "
                        "and one optimizer step per batch (minibatches 1)")
     prefix.check(batch["tokens_BT"], batch["prefix_tokens_UP"], batch["prefix_slot_B"],
@@ -312,6 +312,12 @@ def validate_batch(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards:
                        f"the {n_batch_shards} batch shards in each micro-batch")
 
 
+def _prefixes_apply(batch: Mapping[str, Any], cfg: LearnerConfig) -> bool:
+  """Shared prefixes fit right-padded rows (one position per column) and a step that scores the
+  batch once (several minibatch steps would need a layout per minibatch)."""
+  return cfg.minibatches == 1 and "positions_BT" not in batch and "valid_BT" not in batch
+
+
 def with_shared_prefixes(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards: int = 1):
   """The batch with `prefix.find`'s split when sharing applies and saves work, else as given.
 
@@ -319,8 +325,7 @@ def with_shared_prefixes(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_s
   share a prompt fall into the same micro-batch; the loss, a mean over rows, does not change.
   """
   B = np.shape(batch["tokens_BT"])[0]
-  if (not cfg.share_prefix or cfg.minibatches != 1 or "prefix_tokens_UP" in batch
-      or "positions_BT" in batch or "valid_BT" in batch):
+  if not cfg.share_prefix or "prefix_tokens_UP" in batch or not _prefixes_apply(batch, cfg):
     return batch
   micro = cfg.micro_batch or B
   parts = B // micro
