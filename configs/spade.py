@@ -15,7 +15,7 @@ the same workdir resumes the run.
 
 import ml_collections
 
-from sandbox import pool as sandbox_pool
+from spade_jax.sandbox import pool as sandbox_pool
 from spade_jax import config as config_lib
 
 SKILLS = ("Mathematical_Reasoning", "Logical_Deduction", "Spatial_Reasoning",

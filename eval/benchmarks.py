@@ -6,8 +6,8 @@ tool_use, science) or `all`. Unknown names are an error before any model is load
 
 from __future__ import annotations
 
-from eval import bfcl, gpqa, humaneval, livecodebench, math_bench, rgym
-from eval.protocol import Benchmark
+from . import bfcl, gpqa, humaneval, livecodebench, math_bench, rgym
+from .protocol import Benchmark
 
 REGISTRY: dict[str, Benchmark] = {
     b.name: b for mod in (math_bench, humaneval, livecodebench, gpqa, rgym, bfcl)

@@ -27,8 +27,8 @@ import inspect
 import json
 import uuid
 
-from eval.generation import Prompt, Sampling
-from eval.protocol import Benchmark, Unavailable
+from .generation import Prompt, Sampling
+from .protocol import Benchmark, Unavailable
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 _BLOCKED = ("kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run")  # as BFCL

@@ -15,9 +15,9 @@ import hashlib
 import json
 import random
 
-from eval import extract
-from eval.generation import Prompt
-from eval.protocol import Benchmark, Unavailable, user_file
+from . import extract
+from .generation import Prompt
+from .protocol import Benchmark, Unavailable, user_file
 
 FIELDS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2",
           "Incorrect Answer 3")

@@ -6,7 +6,7 @@ tests + `check(entry_point)` — with one adaptation for chat models: when the e
 defines the entry point itself, it follows the prompt after a newline (the prompt ends in a
 docstring, a complete function body, so the model's definition simply replaces it while the
 prompt's helpers and imports stay). Programs run in
-`sandbox.execute` (never in this process) with the preset's timeout; pass@1 over samples.
+`spade_jax.sandbox.execute` (never in this process) with the preset's timeout; pass@1 over samples.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 import functools
 import re
 
-from eval import extract
-from eval.generation import Prompt
-from eval.protocol import Benchmark, Unavailable
+from . import extract
+from .generation import Prompt
+from .protocol import Benchmark, Unavailable
 
 INSTRUCTION = ("Complete the following Python function. Reply with the whole function "
                "(imports included) in one ```python code block.\n\n```python\n{prompt}```")
@@ -55,7 +55,7 @@ def program(problem: dict, completion: str) -> tuple[str | None, str]:
 
 
 def grade(pairs, ctx) -> list[dict]:
-  from sandbox.execute import run_programs
+  from spade_jax.sandbox.execute import run_programs
 
   progs, out = {}, []
   for k, (item, completion) in enumerate(pairs):

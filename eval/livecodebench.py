@@ -12,7 +12,7 @@ generator (the release has no reference solutions).
 Prompts follow LiveCodeBench's own; the code is the last fenced python block. A problem is
 solved when every test passes: stdin tests compare stdout (trailing whitespace ignored),
 functional tests call `Solution().<func_name>(*args)` with JSON-decoded arguments and compare
-with the JSON-decoded expected value. Every test runs in `sandbox.execute`.
+with the JSON-decoded expected value. Every test runs in `spade_jax.sandbox.execute`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import json
 import pickle
 import zlib
 
-from eval import extract
-from eval.generation import Prompt
-from eval.protocol import Benchmark, Unavailable, user_file
+from . import extract
+from .generation import Prompt
+from .protocol import Benchmark, Unavailable, user_file
 
 SYSTEM = ("You are an expert Python programmer. You will be given a question (problem "
           "specification) and will generate a correct Python program that matches the "
@@ -104,7 +104,7 @@ def load(ctx) -> list[dict]:
 
 
 def programs(item: dict, code: str) -> list:
-  from sandbox.execute import Program
+  from spade_jax.sandbox.execute import Program
 
   out = []
   for t in item["tests"]:
@@ -122,7 +122,7 @@ def programs(item: dict, code: str) -> list:
 
 
 def grade(pairs, ctx) -> list[dict]:
-  from sandbox.execute import run_programs
+  from spade_jax.sandbox.execute import run_programs
 
   progs, out = {}, []
   for k, (item, completion) in enumerate(pairs):

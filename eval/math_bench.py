@@ -17,9 +17,9 @@ import functools
 import importlib.resources
 import json
 
-from eval import extract
-from eval.generation import Prompt
-from eval.protocol import Benchmark, Unavailable, user_file
+from . import extract
+from .generation import Prompt
+from .protocol import Benchmark, Unavailable, user_file
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 

@@ -13,8 +13,8 @@ to measure anything.
 
 from __future__ import annotations
 
-from eval.generation import Sampling
-from eval.protocol import Protocol
+from .generation import Sampling
+from .protocol import Protocol
 
 _THINK = 32768
 SMOKE_TASKS = {"math": ("basic_arithmetic", "gcd"), "algorithmic": ("graph_color", "word_sorting"),

@@ -15,7 +15,7 @@ import dataclasses
 import os
 from typing import Any, Callable, Iterator
 
-from eval.generation import Sampling
+from .generation import Sampling
 
 
 class Unavailable(Exception):
@@ -43,7 +43,7 @@ class Context:
 
   def pool(self):
     if self._pool is None:
-      from sandbox.pool import Pool, SandboxUnavailable
+      from spade_jax.sandbox.pool import Pool, SandboxUnavailable
 
       try:
         self._pool = Pool(workers=self.sandbox_workers)

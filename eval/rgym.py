@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import functools
 
-from eval import extract
-from eval.generation import Prompt
-from eval.protocol import Benchmark, Unavailable
+from . import extract
+from .generation import Prompt
+from .protocol import Benchmark, Unavailable
 
 SEED = 20260401
 HARD_LEVEL = 2

@@ -1,13 +1,13 @@
 """Evaluation CLI: sample, grade, save, summarize — or re-grade saved samples without a model.
 
-  python -m eval.run --model SPEC --benchmarks LIST --preset smoke|paper --out DIR \\
+  python -m spade_jax.eval.run --model SPEC --benchmarks LIST --preset smoke|paper --out DIR \\
       [--data-dir USER_DATA] [--samples N] [--max-new-tokens N] [--dtype bfloat16]
-  python -m eval.run --rescore DIR [--out DIR2] [--data-dir USER_DATA]
+  python -m spade_jax.eval.run --rescore DIR [--out DIR2] [--data-dir USER_DATA]
 
 SPEC is any model the generate CLI accepts (smollm2-135m, an HF directory, a .gguf file,
 random:PRESET) or a check generator: `oracle` (answers with the reference; must score 1.0) or
 `empty` (must score 0.0). LIST is comma-separated benchmark or family names, or `all`
-(see `eval.benchmarks`). Writes, as results complete:
+(see `spade_jax.eval.benchmarks`). Writes, as results complete:
 
   DIR/samples/<benchmark>.jsonl   one graded sample per line (see eval/samples.py)
   DIR/summary.json                {"benchmarks": {name: {"score", "n", "stderr", "ci95",
@@ -29,10 +29,10 @@ import time
 from collections import defaultdict
 from typing import Sequence
 
-from eval import benchmarks as bench_lib
-from eval import presets, samples, stats
-from eval.generation import make_generator
-from eval.protocol import Benchmark, Context, Protocol, Unavailable
+from . import benchmarks as bench_lib
+from . import presets, samples, stats
+from .generation import make_generator
+from .protocol import Benchmark, Context, Protocol, Unavailable
 from spade_jax import hostmem
 
 CHUNK_PROMPTS = 8  # prompts sampled, graded and saved together
@@ -225,7 +225,7 @@ def rescore(src: str, out: str, data_dir: str | None = None) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  p = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__,
+  p = argparse.ArgumentParser(prog="python -m spade_jax.eval.run", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--model", help="model SPEC, or oracle / empty")
   p.add_argument("--benchmarks", default="all")

@@ -2,10 +2,10 @@
 
 What the self-play loop uses:
 
-    from sandbox.contract import Limits, Status
-    from sandbox.pool import DEFAULT_REQUIRE, Pool, Start
-    from sandbox.validate import validate_many, rejection_stats, Options
-    from sandbox import starters
+    from spade_jax.sandbox.contract import Limits, Status
+    from spade_jax.sandbox.pool import DEFAULT_REQUIRE, Pool, Start
+    from spade_jax.sandbox.validate import validate_many, rejection_stats, Options
+    from spade_jax.sandbox import starters
 
     with Pool(workers=4, limits=Limits(...), require=DEFAULT_REQUIRE) as pool:
         verdicts = validate_many(pool, designer_outputs)          # admission, all at once

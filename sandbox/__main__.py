@@ -1,9 +1,9 @@
 """Command line: check environments by hand, and measure the sandbox.
 
-  python -m sandbox validate FILE... [--json]
-  python -m sandbox play FILE --seed S --actions A1 A2 ... [--solution] [--json]
-  python -m sandbox bench
-  python -m sandbox probe
+  python -m spade_jax.sandbox validate FILE... [--json]
+  python -m spade_jax.sandbox play FILE --seed S --actions A1 A2 ... [--solution] [--json]
+  python -m spade_jax.sandbox bench
+  python -m spade_jax.sandbox probe
 
 `validate` judges all files in one pool, concurrently; each file gets its own line, whatever the
 others do. Exit status: 0 when everything was admitted (validate) or the episode ran (play).
@@ -16,10 +16,10 @@ import dataclasses
 import json
 import sys
 
-from sandbox import bench
-from sandbox.contract import Limits, extract_code
-from sandbox.pool import DEFAULT_REQUIRE, Pool
-from sandbox.validate import Options, validate_many
+from . import bench
+from .contract import Limits, extract_code
+from .pool import DEFAULT_REQUIRE, Pool
+from .validate import Options, validate_many
 
 
 def _pool(args) -> Pool:
@@ -68,7 +68,7 @@ def cmd_play(args) -> int:
         return 2
     with _pool(args) as pool:
         if args.solution:
-            from sandbox.pool import Start
+            from .pool import Start
 
             (first,) = list(pool.start_many({0: Start(extract_code(text), args.seed, solution=True)}))
             pool.end_many([first.episode])
@@ -103,7 +103,7 @@ def cmd_probe(args) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m spade_jax.sandbox", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
 

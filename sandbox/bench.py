@@ -1,4 +1,4 @@
-"""`python -m sandbox bench`: episode throughput through the pool against a fresh process per
+"""`python -m spade_jax.sandbox bench`: episode throughput through the pool against a fresh process per
 episode, and the step round trip, measured in one run on the same small environment.
 
 Both paths run the same work (load + reset + 10 steps) with the same number of episodes in
@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from sandbox.pool import Pool, Start
+from .pool import Pool, Start
 
 BENCH_ENV = r'''
 class CounterEnv:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Hashable, Mapping
 
-from sandbox.pool import Pool, Start
+from .pool import Pool, Start
 
 _WRAPPER = '''
 import io as _io

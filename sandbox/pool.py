@@ -21,9 +21,9 @@ import tempfile
 import time
 from typing import Hashable, Iterable, Iterator, Mapping
 
-from sandbox import protocol
-from sandbox.contract import Invalid, Limits, Reply, Status, check_reset, check_solution, check_step
-from sandbox.zygotes import Zygote
+from . import protocol
+from .contract import Invalid, Limits, Reply, Status, check_reset, check_solution, check_step
+from .zygotes import Zygote
 
 PROTECTIONS = ("rlimits", "seccomp", "landlock", "unprivileged", "no_new_privs", "pdeathsig",
                "netns", "userns", "tmpfs")

@@ -22,8 +22,8 @@ import dataclasses
 import time
 from typing import Iterable, Sequence
 
-from sandbox.contract import Reply, Status, extract_code
-from sandbox.pool import Pool, Start
+from .contract import Reply, Status, extract_code
+from .pool import Pool, Start
 
 CHECKS = ("code", "compile", "exec", "class", "init", "reset", "probe_step", "reset_again",
           "determinism", "empty_probe", "garbage_probe", "long_probe", "shotgun_probe",

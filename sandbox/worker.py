@@ -22,8 +22,8 @@ import socket
 import sys
 import traceback
 
-from sandbox import harden, protocol
-from sandbox.contract import Limits
+from . import harden, protocol
+from .contract import Limits
 
 # Imported once here so that children share them (copy-on-write) and need no file access for
 # them: a child may have no read access to the standard library at all.

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from sandbox.contract import Limits
+from .contract import Limits
 
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
         "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -26,6 +26,9 @@ _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTH
         # Each malloc arena reserves 64 MiB of address space, which RLIMIT_AS counts: few arenas
         # keep a threaded environment from running out of address space for nothing.
         "MALLOC_ARENA_MAX": "2"}
+# The worker imports this folder as a top-level package named `sandbox` from its parent directory,
+# whatever name the host imported it under (`spade_jax.sandbox` when installed): the package uses
+# relative imports only, so the worker never imports spade_jax (nor, through it, JAX).
 _BOOT = "import sys; sys.path.insert(0, {!r}); from sandbox import worker; worker.main()"
 
 

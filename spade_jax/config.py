@@ -17,11 +17,42 @@ import ml_collections
 from spade_jax import sharding
 
 
+def shipped_dir() -> str:
+  """The folder of the configs that ship with the project (`configs/` of the checkout, or
+  `spade_jax/configs` of an installed package)."""
+  spec = importlib.util.find_spec("spade_jax.configs")
+  return list(spec.submodule_search_locations)[0]
+
+
+def resolve(path: str) -> str:
+  """A config file path as given, or else the same name among the shipped configs, so that
+  `--config=configs/spade.py` works from any directory."""
+  if os.path.exists(path):
+    return path
+  name = os.path.normpath(path)
+  if name.startswith("configs" + os.sep):
+    name = name[len("configs" + os.sep):]
+  shipped = os.path.join(shipped_dir(), name)
+  if not os.path.isabs(path) and os.path.isfile(shipped):
+    return shipped
+  raise FileNotFoundError(f"config file {path!r} does not exist (nor {shipped!r} among the "
+                          f"shipped configs: {sorted(shipped_names())})")
+
+
+def shipped_names() -> list[str]:
+  return [f for f in os.listdir(shipped_dir()) if f.endswith(".py") and not f.startswith("_")]
+
+
+def shipped(name: str) -> str:
+  """The path of one shipped config file, e.g. shipped("spade.py")."""
+  return os.path.join(shipped_dir(), name)
+
+
 def load(spec: str) -> ml_collections.ConfigDict:
-  """'path/to/file.py[:arg]' -> the file's get_config(arg), locked."""
+  """'path/to/file.py[:arg]' -> the file's get_config(arg), locked. A relative path that does
+  not exist is looked up among the shipped configs."""
   path, _, arg = spec.partition(":")
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"config file {path!r} does not exist")
+  path = resolve(path)
   module_spec = importlib.util.spec_from_file_location(f"_spade_config_{abs(hash(path))}", path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)

@@ -6,7 +6,6 @@ Every flag sets a field of configs/generate.py (see its docstring); `--config.x=
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Sequence
 
@@ -20,8 +19,6 @@ from spade_jax import sampling
 from spade_jax import sharding
 from spade_jax import tokenizer as tok_lib
 
-DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                              "configs", "generate.py")
 
 
 def validate(c: ml_collections.ConfigDict) -> None:
@@ -73,7 +70,7 @@ def run(c: ml_collections.ConfigDict) -> list[str]:
 
 
 def parse(argv: Sequence[str]) -> ml_collections.ConfigDict:
-  c, rest = config_lib.from_argv(argv, DEFAULT_CONFIG)
+  c, rest = config_lib.from_argv(argv, config_lib.shipped("generate.py"))
   p = argparse.ArgumentParser(prog="python -m spade_jax.generate", description=__doc__)
   p.add_argument("--model")
   p.add_argument("--prompt")

@@ -16,8 +16,6 @@ from spade_jax import config as config_lib
 from spade_jax import hostmem
 from spade_jax import sharding
 
-DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                              "configs", "spade.py")
 REWARD_VARIANTS = ("blend", "solve_rate", "regret", "learning_potential")
 
 
@@ -54,7 +52,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
              f"{c.optim.micro_batch}")
   if c.env.max_turns <= 0 or c.env.workers <= 0 or c.env.memory_mb <= 0:
     p.append("env: max_turns, workers and memory_mb must be positive")
-  from sandbox import pool as sandbox_pool
+  from spade_jax.sandbox import pool as sandbox_pool
   unknown = set(c.env.require) - set(sandbox_pool.PROTECTIONS)
   if unknown:
     p.append(f"env.require: unknown protections {sorted(unknown)}; known: "
@@ -71,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   sharding.initialize_distributed()
   argv = sys.argv[1:] if argv is None else argv
   try:
-    c, rest = config_lib.from_argv(argv, DEFAULT_CONFIG)
+    c, rest = config_lib.from_argv(argv, config_lib.shipped("spade.py"))
     parser = argparse.ArgumentParser(prog="python -m spade_jax.train", description=__doc__)
     parser.add_argument("--workdir", required=True)
     args = parser.parse_args(rest)

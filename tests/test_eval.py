@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from eval import benchmarks, presets, run, samples, stats
-from eval.generation import ModelGenerator, Prompt, Sampling
+from spade_jax.eval import benchmarks, presets, run, samples, stats
+from spade_jax.eval.generation import ModelGenerator, Prompt, Sampling
 
 OFFLINE = [b for b in benchmarks.REGISTRY.values() if b.offline]
 
@@ -122,8 +122,8 @@ def test_user_files_missing_malformed_and_present(tmp_path):
 
 
 def test_wrong_code_fails_in_the_sandbox(tmp_path):
-  from eval import humaneval
-  from eval.protocol import Context, Protocol
+  from spade_jax.eval import humaneval
+  from spade_jax.eval.protocol import Context, Protocol
 
   item = humaneval.load(None)[0]
   ctx = Context(Protocol(1, Sampling(), timeout_s=2.0))
@@ -140,7 +140,7 @@ def test_wrong_code_fails_in_the_sandbox(tmp_path):
 
 
 def test_a_failing_benchmark_keeps_finished_results(tmp_path, monkeypatch):
-  from eval import math_bench
+  from spade_jax.eval import math_bench
 
   def boom(pairs, ctx):
     raise RuntimeError("grader bug")

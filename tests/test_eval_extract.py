@@ -2,7 +2,7 @@
 
 import pytest
 
-from eval import bfcl, extract, math_bench
+from spade_jax.eval import bfcl, extract, math_bench
 
 
 def test_boxed_nested_braces():

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from sandbox.contract import Limits, Status
-from sandbox.pool import Pool
+from spade_jax.sandbox.contract import Limits, Status
+from spade_jax.sandbox.pool import Pool
 
 LIMITS = dataclasses.replace(Limits(), memory_bytes=256 << 20, load_s=3.0, reset_s=1.0, step_s=0.6,
                              cpu_seconds=10, max_observation_chars=4096)

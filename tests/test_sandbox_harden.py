@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sandbox import harden
+from spade_jax.sandbox import harden
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(harden.__file__)))
 

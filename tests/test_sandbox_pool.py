@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from sandbox.contract import Limits, Status
-from sandbox.pool import DEFAULT_REQUIRE, PROTECTIONS, Pool, SandboxUnavailable, Start
+from spade_jax.sandbox.contract import Limits, Status
+from spade_jax.sandbox.pool import DEFAULT_REQUIRE, PROTECTIONS, Pool, SandboxUnavailable, Start
 
 LIMITS = dataclasses.replace(Limits(), memory_bytes=256 << 20, load_s=3.0, reset_s=1.0, step_s=1.0)
 

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from sandbox import protocol
-from sandbox.contract import Invalid, Limits, Status, check_reset, check_solution, check_step, extract_code
+from spade_jax.sandbox import protocol
+from spade_jax.sandbox.contract import Invalid, Limits, Status, check_reset, check_solution, check_step, extract_code
 
 
 def _pipe_with(data: bytes):

@@ -10,10 +10,10 @@ import textwrap
 
 import pytest
 
-from sandbox import starters
-from sandbox.contract import Limits
-from sandbox.pool import Pool
-from sandbox.validate import Options, rejection_stats, validate, validate_many
+from spade_jax.sandbox import starters
+from spade_jax.sandbox.contract import Limits
+from spade_jax.sandbox.pool import Pool
+from spade_jax.sandbox.validate import Options, rejection_stats, validate, validate_many
 
 LIMITS = dataclasses.replace(Limits(), memory_bytes=256 << 20, load_s=3.0, reset_s=1.0, step_s=1.0)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(starters.DIR)))
@@ -64,7 +64,7 @@ def test_starters_are_admitted_and_their_solutions_win(pool):
     assert all(v.admitted for v in verdicts), [(n, v) for n, v in zip(names, verdicts) if not v.admitted]
     for n in names:
         for seed in (0, 1, 2):
-            (first,) = list(pool.start_many({0: __import__("sandbox.pool").pool.Start(starters.code(n), seed, solution=True)}))
+            (first,) = list(pool.start_many({0: __import__("spade_jax.sandbox.pool").sandbox.pool.Start(starters.code(n), seed, solution=True)}))
             pool.end_many([first.episode])
             replies = pool.play(starters.code(n), seed, first.solution)
             assert replies[-1].terminated and replies[-1].reward == 1.0, (n, seed)
@@ -117,7 +117,7 @@ def test_whole_validation_has_a_deadline(pool):
 
 
 def _cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "sandbox", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "spade_jax.sandbox", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout)
 
 

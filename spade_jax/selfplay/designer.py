@@ -16,9 +16,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sandbox import starters
-from sandbox import validate as validate_lib
-from sandbox.contract import extract_code
+from spade_jax.sandbox import starters
+from spade_jax.sandbox import validate as validate_lib
+from spade_jax.sandbox.contract import extract_code
 from spade_jax import sampling
 from spade_jax import tokenizer as tok_lib
 from spade_jax.selfplay import corpus as corpus_lib

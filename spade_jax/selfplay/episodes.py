@@ -21,8 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
-from sandbox.contract import Status
-from sandbox.pool import Pool, Start
+from spade_jax.sandbox.contract import Status
+from spade_jax.sandbox.pool import Pool, Start
 from spade_jax import sampling
 from spade_jax import tokenizer as tok_lib
 from spade_jax.selfplay import prompts, seeds

@@ -25,10 +25,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from sandbox import pool as pool_lib
-from sandbox import starters
-from sandbox import validate as validate_lib
-from sandbox.contract import Limits
+from spade_jax.sandbox import pool as pool_lib
+from spade_jax.sandbox import starters
+from spade_jax.sandbox import validate as validate_lib
+from spade_jax.sandbox.contract import Limits
 from spade_jax import checkpoint as ckpt_lib
 from spade_jax import learner as learner_lib
 from spade_jax import loading, rl, sampling, sharding

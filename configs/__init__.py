@@ -1,0 +1,1 @@
+"""Experiment configs: `get_config(arg)` files, loaded by path (`--config=configs/spade.py:local`)."""
