@@ -73,6 +73,7 @@ def problems(paths: list[str], checkout: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+  os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # "PyTorch was not found"
   checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   found = problems(argv, checkout)
   for p in found:

@@ -40,7 +40,7 @@ if [ ! -f "$stamp" ]; then
   # reports conflicts against them.
   "${pip[@]}" $resolved
   "${pip[@]}" --no-deps -r requirements-nodeps.txt
-  "${pip[@]}" --no-deps -e .
+  PYTHONWARNINGS=ignore "${pip[@]}" --no-deps -e .  # quiet about setuptools' editable notes
   .venv/bin/python launchers/check_venv.py $files
   rm -f .venv/.installed-*
   touch "$stamp"
