@@ -1,4 +1,4 @@
-"""Evaluation presets: `paper` (SPADE.md §10's sample counts and temperatures) and `smoke`.
+"""Evaluation presets: `paper` (docs/method.md §10's sample counts and temperatures) and `smoke`.
 
 paper: AIME 64 samples at T 1.0; GPQA-Diamond 8 samples; LiveCodeBench v6 1 sample;
 Reasoning-Gym 8 episodes per task (see rgym.py); BFCL multi-turn greedy with BFCL's own 20-step

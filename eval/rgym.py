@@ -1,6 +1,6 @@
 """Reasoning-Gym "hard" split in SPADE's four buckets (from the `reasoning-gym` package).
 
-Buckets (SPADE.md §10: Math, Algorithmic, Cognition, Logic) are unions of the package's own task
+Buckets (docs/method.md §10: Math, Algorithmic, Cognition, Logic) are unions of the package's own task
 categories, so they follow the installed release rather than a hand-kept list:
 
   math         algebra, arithmetic, geometry, graphs, probability

@@ -1,4 +1,4 @@
-"""The environment contract (SPADE.md §1) as the host sees it: limits, typed outcomes, reply checks.
+"""The environment contract (docs/method.md §1) as the host sees it: limits, typed outcomes, reply checks.
 
 Everything a child sends is untrusted. The checks here run on the host, on decoded JSON, and turn
 each reply into a `Reply` with one of the typed outcomes below. The child never decides the
@@ -79,7 +79,7 @@ _FENCE = re.compile(r"```[ \t]*(?:python|py|python3)[ \t]*\r?\n(.*?)```", re.DOT
 
 
 def extract_code(text: str) -> str:
-    """The first fenced python block of the designer's output, else the whole text (SPADE.md §1)."""
+    """The first fenced python block of the designer's output, else the whole text (docs/method.md §1)."""
     m = _FENCE.search(text)
     return m.group(1) if m else text
 

@@ -1,4 +1,4 @@
-"""Admission of a generated environment (SPADE.md §2, made stricter).
+"""Admission of a generated environment (docs/method.md §2, made stricter).
 
 An environment is admitted only if, within one overall deadline:
   1. its code loads: it compiles, exactly one `...Env` class is found (a base class and its

@@ -40,7 +40,7 @@ from spade_jax import model as model_lib
 
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
-  """Optimiser, loss and memory knobs. Defaults: SPADE.md §7 (games recipe)."""
+  """Optimiser, loss and memory knobs. Defaults: docs/method.md §7 (games recipe)."""
 
   lr: float = 1e-6
   weight_decay: float = 0.1

@@ -1,6 +1,6 @@
 """The one definition of a sampled token's log-prob, shared by the sampler and the learner.
 
-Convention (SPADE.md §7: sampler and learner score at the same temperature):
+Convention (docs/method.md §7: sampler and learner score at the same temperature):
 
   logp(token) = log_softmax(logits / T)[token]
 

@@ -1,6 +1,6 @@
 """Shared prompt prefixes: each distinct prompt of a batch runs through the model once.
 
-A GRPO batch holds groups of samples drawn from one prompt (SPADE.md §5: eight plays of each
+A GRPO batch holds groups of samples drawn from one prompt (docs/method.md §5: eight plays of each
 environment), so many rows begin with the same tokens. Scoring them row by row repeats the
 prompt's forward and backward pass once per sample. Here the batch is split at a position P into
 U distinct prefixes [U, P] and every row's continuation [B, T - P]: the prefixes go through the

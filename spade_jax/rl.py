@@ -1,6 +1,6 @@
 """SPADE's RL maths as pure array functions: advantages, designer rewards, the policy loss.
 
-Rewards and advantages (SPADE.md §6) are computed on the host from a few hundred returns, so they
+Rewards and advantages (docs/method.md §6) are computed on the host from a few hundred returns, so they
 are NumPy functions that reject non-finite input with a ValueError. The policy loss (§7) is a JAX
 function traced inside the learner's jitted step; its shape checks run at trace time. It returns
 the loss together with additive statistics (token sums and counts) so that micro-batches can be

@@ -61,7 +61,7 @@ def test_regret_term_and_anchor_values():
 
 
 def test_blend_worked_examples_from_spade_md():
-  # SPADE.md §6, regret weight = anchor weight = 1, scale 1, before centering.
+  # docs/method.md §6, regret weight = anchor weight = 1, scale 1, before centering.
   got = rl.blend([-1.0, 0.3, 0.075], [1.0, 0.5, 0.2], regret_weight=1.0, anchor_weight=1.0)
   np.testing.assert_allclose(got, [0.0, 2.0, 0.7], atol=1e-12)
   # Default weights 0.4 / 0.6.

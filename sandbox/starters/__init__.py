@@ -1,7 +1,7 @@
 """Hand-written starter environments: the self-play starter pool and the designer's few-shots.
 
 Each file is a complete environment program exactly as the designer is asked to write one
-(SPADE.md §1): one `...Env` class, standard library only, actions in \\boxed{...}, reward in
+(docs/method.md §1): one `...Env` class, standard library only, actions in \\boxed{...}, reward in
 [0, 1] with 1 only on the goal, `terminated` only on the goal, `truncated` at its own turn
 limit, at least three interactions to win, deterministic given the seed, and a `solution()`.
 """

@@ -1,4 +1,4 @@
-"""Corpus documents that ground the designer (SPADE.md §8), read through grain.
+"""Corpus documents that ground the designer (docs/method.md §8), read through grain.
 
 A corpus is a JSONL file whose lines are objects with a string `text` field; other fields are kept
 as metadata and never shown to the model. Documents are cut to `max_words` whitespace words and

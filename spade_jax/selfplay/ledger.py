@@ -1,4 +1,4 @@
-"""Delayed designer rewards (SPADE.md §5–6): what a regeneration window records and pays out.
+"""Delayed designer rewards (docs/method.md §5–6): what a regeneration window records and pays out.
 
 A window starts at a regeneration step t and lasts k steps. It records, per new environment,
 the hinted returns (measured at t only) and the unhinted returns of every step, keyed by the

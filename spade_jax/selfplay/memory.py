@@ -1,4 +1,4 @@
-"""The designer's memory of its past environments (SPADE.md §8).
+"""The designer's memory of its past environments (docs/method.md §8).
 
 One record per admitted environment: skill, the first `code_chars` characters of its code, the
 agent's win rate at the regeneration step, the unfloored regret, and the step. The memory is a

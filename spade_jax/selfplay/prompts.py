@@ -1,4 +1,4 @@
-"""Prompts for the three uses of the one policy: designer, hint writer, agent (SPADE.md §1–4, §8).
+"""Prompts for the three uses of the one policy: designer, hint writer, agent (docs/method.md §1–4, §8).
 
 Each function returns chat messages; the tokenizer's chat template renders them. Texts are kept
 here, as data, so an ablation that changes a prompt changes one place.
@@ -95,7 +95,7 @@ def designer(skill: str, document: str | None, mem_block: str, min_turns: int) -
 
 
 def hint_writer(code: str) -> list[Message]:
-  """Asks for a 1–3 sentence strategy hint that does not give the answer away (SPADE.md §3)."""
+  """Asks for a 1–3 sentence strategy hint that does not give the answer away (docs/method.md §3)."""
   return [{"role": "user", "content": (
       "Below is the source code of a text game. Write a strategy hint for a player who cannot "
       "see the code: one to three sentences on how to approach the game well. Do not reveal "
