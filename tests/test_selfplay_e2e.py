@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -42,10 +43,16 @@ def _rows(workdir):
 
 
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory):
+def full_run_logged(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("full"))
-  host = loop.run(_config(), workdir, log=lambda *_: None)
-  return workdir, host
+  lines = []
+  host = loop.run(_config(), workdir, log=lines.append)
+  return workdir, host, lines
+
+
+@pytest.fixture(scope="module")
+def full_run(full_run_logged):
+  return full_run_logged[:2]
 
 
 def test_two_windows_reject_garbage_train_on_starters_and_write_outputs(full_run):
@@ -70,6 +77,23 @@ def test_two_windows_reject_garbage_train_on_starters_and_write_outputs(full_run
   assert os.path.exists(os.path.join(workdir, "memory.json"))
   assert os.listdir(os.path.join(workdir, "tensorboard"))
   assert host["step"] == 3 and host["window"] is None  # the last window was flushed
+
+
+def test_run_leaves_pictures_a_report_that_shows_them_and_progress(full_run_logged):
+  workdir, _, lines = full_run_logged
+  pngs = sorted(os.listdir(os.path.join(workdir, "plots")))
+  # No designer program is admitted, so no window pays a designer reward to plot.
+  assert pngs == ["agent.png", "designer_admission.png", "learner.png", "time.png"]
+  for n in pngs:
+    with open(os.path.join(workdir, "plots", n), "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  report = open(os.path.join(workdir, "report.md")).read()  # written by the loop itself
+  assert sorted(re.findall(r"\]\(plots/([^)]+)\)", report)) == pngs
+  assert [x.split("  ")[0] for x in lines if x.startswith("step ")] == ["step 1/3", "step 2/3",
+                                                                         "step 3/3"]
+  assert sum(x.startswith("  unhinted plays: done (4/4 episodes") for x in lines) == 3
+  assert sum(x.startswith("compiling learner step") for x in lines) == 1
+  assert not [x for x in lines if x.startswith("plots:")]  # no picture failed
 
 
 def test_killed_run_resumes_exactly(full_run, tmp_path):

@@ -23,6 +23,7 @@ from spade_jax import sampling
 from spade_jax import tokenizer as tok_lib
 from spade_jax.selfplay import corpus as corpus_lib
 from spade_jax.selfplay import memory as memory_lib
+from spade_jax.selfplay import progress as progress_lib
 from spade_jax.selfplay import prompts, seeds
 
 
@@ -67,7 +68,9 @@ def _prompt(tokenizer, skill: str, doc: corpus_lib.Document | None, records, mcf
 
 def regenerate(c, step: int, regen_index: int, params, sampler: sampling.Sampler, tokenizer,
                pool, corpus: corpus_lib.Corpus | None, records, mcfg: memory_lib.MemoryConfig,
-               validation: validate_lib.Options) -> Regeneration:
+               validation: validate_lib.Options, *,
+               progress: progress_lib.Progress | None = None) -> Regeneration:
+  progress = progress or progress_lib.quiet()
   skills = window_skills(c.skills, regen_index, c.skills_per_window)
   slot_skill = [skills[i % len(skills)] for i in range(c.envs_per_regen)]
   settings = sampling.Settings(max_new_tokens=c.designer.max_new_tokens,
@@ -85,12 +88,22 @@ def regenerate(c, step: int, regen_index: int, params, sampler: sampling.Sampler
       rng = np.random.default_rng([c.seed, step, s, attempt])
       docs.append(doc)
       prompt_ids.append(_prompt(tokenizer, slot_skill[s], doc, records, mcfg, c, rng))
-    out = sampler.generate(params, prompt_ids, settings,
-                           seed=seeds.derive(c.seed, step, 1, attempt))
-    completions = out.token_lists()
-    n_tokens += int(out.lengths.sum())
+    with progress.phase("designer sampling", f"attempt {attempt + 1}/{c.attempts_per_slot}, "
+                        f"{len(open_slots)}/{c.envs_per_regen} slots open, up to "
+                        f"{settings.max_new_tokens} tokens each") as ph:
+      with progress.compiling("sampler (designer)"):
+        out = sampler.generate(params, prompt_ids, settings,
+                               seed=seeds.derive(c.seed, step, 1, attempt))
+      completions = out.token_lists()
+      n_tokens += int(out.lengths.sum())
+      ph.note = f"{int(out.lengths.sum())} tokens"
     texts = [tokenizer.decode(t, skip_special_tokens=True) for t in completions]
-    got = validate_lib.validate_many(pool, texts, validation)
+    # One sandbox call judges the whole batch concurrently, so the count moves once, at its end.
+    with progress.phase("admission", "validating programs in the sandbox", total=len(texts),
+                        unit="programs") as ph:
+      got = validate_lib.validate_many(pool, texts, validation)
+      ph.update(len(got))
+      ph.note = _admission_note(got)
     verdicts += got
     for row, (s, v) in enumerate(zip(open_slots, got)):
       if not v.admitted:
@@ -104,22 +117,33 @@ def regenerate(c, step: int, regen_index: int, params, sampler: sampling.Sampler
       admitted[s] = Admitted(env_id, slot_skill[s], code, docs[row].doc_id if docs[row] else "",
                              sample)
   result = [admitted[s] for s in sorted(admitted)]
-  n_tokens += add_hints(c, step, params, sampler, tokenizer, result)
+  n_tokens += add_hints(c, step, params, sampler, tokenizer, result, progress=progress)
   return Regeneration(result, verdicts, n_tokens)
 
 
+def _admission_note(verdicts: Sequence[validate_lib.Verdict]) -> str:
+  stats = validate_lib.rejection_stats(verdicts)
+  why = ", ".join(f"{k} {v}" for k, v in sorted(stats["by_check"].items()))
+  return f"admitted {stats['admitted']}/{stats['n']}" + (f"; rejected: {why}" if why else "")
+
+
 def add_hints(c, step: int, params, sampler: sampling.Sampler, tokenizer,
-              envs: list[Admitted]) -> int:
+              envs: list[Admitted], *, progress: progress_lib.Progress | None = None) -> int:
   """Writes a strategy hint for each environment in place; an empty hint counts as failed
   (that environment's regret is then 0). Returns the number of tokens sampled."""
+  progress = progress or progress_lib.quiet()
   if not envs:
+    progress.line("hint writing: skipped (no environment admitted)")
     return 0
   settings = sampling.Settings(max_new_tokens=c.hint.max_new_tokens,
                                temperature=c.hint.temperature, top_k=c.hint.top_k,
                                top_p=c.hint.top_p)
   prompt_ids = [tok_lib.encode(tokenizer, tok_lib.render(tokenizer, prompts.hint_writer(e.code)))
                 for e in envs]
-  out = sampler.generate(params, prompt_ids, settings, seed=seeds.derive(c.seed, step, 2))
+  with progress.phase("hint writing", f"{len(envs)} environments, up to "
+                      f"{settings.max_new_tokens} tokens each"):
+    with progress.compiling("sampler (hints)"):
+      out = sampler.generate(params, prompt_ids, settings, seed=seeds.derive(c.seed, step, 2))
   for e, toks in zip(envs, out.token_lists()):
     e.hint = prompts.clean_hint(tokenizer.decode(toks, skip_special_tokens=True)) or None
   return int(out.lengths.sum())

@@ -25,6 +25,7 @@ from spade_jax.sandbox.contract import Status
 from spade_jax.sandbox.pool import Pool, Start
 from spade_jax import sampling
 from spade_jax import tokenizer as tok_lib
+from spade_jax.selfplay import progress as progress_lib
 from spade_jax.selfplay import prompts, seeds
 
 
@@ -88,13 +89,35 @@ class _Cohort:
 
 
 def play(pool: Pool, sampler: sampling.Sampler, params, tokenizer, groups: Sequence[Group],
-         plays: int, settings: sampling.Settings, limits: Limits, seed: int
+         plays: int, settings: sampling.Settings, limits: Limits, seed: int, *,
+         progress: progress_lib.Progress | None = None, name: str = "plays"
          ) -> tuple[list[Episode], Timing]:
-  """Plays every group `plays` times; returns episodes in (group, play) order."""
-  timing = Timing()
+  """Plays every group `plays` times; returns episodes in (group, play) order. `progress`
+  (quiet by default) counts episodes as they end, under the phase `name`."""
+  progress = progress or progress_lib.quiet()
   episodes = [Episode(g, [], [], []) for g in range(len(groups)) for _ in range(plays)]
   if not groups:
-    return episodes, timing
+    return episodes, Timing()
+  with progress.phase(name, f"{len(groups)} environments x {plays} plays", total=len(episodes),
+                      unit="episodes") as ph:
+    timing = _play(pool, sampler, params, tokenizer, groups, plays, settings, limits, seed,
+                   episodes, progress, ph)
+    ph.note = _outcome_note(episodes)
+  return episodes, timing
+
+
+def _outcome_note(episodes: Sequence[Episode]) -> str:
+  ends: dict[str, int] = {}
+  for e in episodes:
+    ends[e.end] = ends.get(e.end, 0) + 1
+  won = sum(e.won for e in episodes)
+  return f"won {won}; ends " + " ".join(f"{k} {v}" for k, v in sorted(ends.items()))
+
+
+def _play(pool, sampler, params, tokenizer, groups, plays, settings, limits, seed, episodes,
+          progress: progress_lib.Progress, ph: progress_lib.Phase) -> Timing:
+  """The body of `play`: fills `episodes` in place, returns the timing."""
+  timing = Timing()
 
   # Start one sandbox episode per play (all plays of a group reset with the group's seed).
   starts = {(g, p): Start(groups[g].code, groups[g].seed)
@@ -117,6 +140,7 @@ def play(pool: Pool, sampler: sampling.Sampler, params, tokenizer, groups: Seque
     for p in range(plays):
       idx = g * plays + p
       episodes[idx].end = episodes[idx].end or "start_failed"
+  ph.update(sum(e.end == "start_failed" for e in episodes))
   pool.end_many([sandbox_ids.pop(i) for i in list(sandbox_ids) if i // plays not in good])
 
   cohorts = [c for c in (_Cohort(good[0::2], plays), _Cohort(good[1::2], plays)) if c.group_ids]
@@ -137,12 +161,14 @@ def play(pool: Pool, sampler: sampling.Sampler, params, tokenizer, groups: Seque
         for p in range(plays):
           e = episodes[g * plays + p]
           e.tokens, e.mask, e.logp = list(start.tokens), list(start.mask), [0.0] * len(start)
-      cohort.conv, out = sampler.start(params, prompts_, settings, seeds.derive(seed, step_seed),
-                                       num_samples=plays)
+      with progress.compiling("sampler (agent first turn)"):
+        cohort.conv, out = sampler.start(params, prompts_, settings,
+                                         seeds.derive(seed, step_seed), num_samples=plays)
       cohort.live = set(range(len(cohort.rows)))
     else:
-      cohort.conv, out = sampler.extend(params, cohort.conv, new_tokens, settings,
-                                        seeds.derive(seed, step_seed))
+      with progress.compiling("sampler (agent next turns)"):
+        cohort.conv, out = sampler.extend(params, cohort.conv, new_tokens, settings,
+                                          seeds.derive(seed, step_seed))
     step_seed += 1
     timing.sample_s += time.perf_counter() - t
     lists, lps = out.token_lists(), np.asarray(out.logprobs)
@@ -161,6 +187,7 @@ def play(pool: Pool, sampler: sampling.Sampler, params, tokenizer, groups: Seque
 
   def finish(e: Episode, how: str, ret: float, status: str = "OK"):
     e.end, e.ret, e.status = how, ret, status
+    ph.update(1)
 
   pending = {}  # cohort index -> actions submitted
   for ci, c in enumerate(cohorts):
@@ -207,4 +234,4 @@ def play(pool: Pool, sampler: sampling.Sampler, params, tokenizer, groups: Seque
         pool.submit_steps(pending[ci])
       else:
         pending[ci] = {}
-  return episodes, timing
+  return timing

@@ -40,6 +40,7 @@ from spade_jax.selfplay import episodes as episodes_lib
 from spade_jax.selfplay import ledger
 from spade_jax.selfplay import memory as memory_lib
 from spade_jax.selfplay import outputs
+from spade_jax.selfplay import progress as progress_lib
 from spade_jax.selfplay import seeds
 
 
@@ -77,33 +78,44 @@ def _sample_of(ep: episodes_lib.Episode, advantage: float, temperature: float) -
           "temperature": temperature}
 
 
-def run(c, workdir: str, log=print) -> dict[str, Any]:
-  """Runs (or resumes) the self-play job of config `c` in `workdir`; returns the host state."""
+def run(c, workdir: str, log=None, progress: progress_lib.Progress | None = None
+        ) -> dict[str, Any]:
+  """Runs (or resumes) the self-play job of config `c` in `workdir`; returns the host state.
+
+  Every line (progress and one summary per step) goes to `log`; without one, to stderr, with
+  tqdm bars on a terminal. `progress` overrides both (e.g. `progress_lib.quiet()`)."""
+  progress = progress or progress_lib.Progress(log=log)
+  log = progress.line
   os.makedirs(workdir, exist_ok=True)
   mesh = sharding.make_mesh(c.mesh.to_dict())
   rules = c.rules.to_dict()
-  loaded = loading.load_model(c.model, mesh, rules, c.dtype, seed=c.seed)
+  with progress.phase("loading model", f"{c.model} ({c.dtype})"):
+    loaded = loading.load_model(c.model, mesh, rules, c.dtype, seed=c.seed)
   tok_spec = c.tokenizer or loaded.tokenizer_ref
   if c.tokenizer:
     loaded.tokenizer = tok_lib.load_tokenizer(ckpt_lib.tokenizer_path(c.tokenizer))
   tok = loaded.tokenizer
   if tok is None:
     raise ValueError(f"model {c.model!r} has no tokenizer; set --config.tokenizer=SPEC")
-  sampler = sampling.Sampler.for_model(loaded, mesh, rules)
-  learner = learner_lib.make_learner(loaded.cfg, learner_config(c), mesh, rules)
-  state = learner.init_state(loaded.params, c.seed)
-  ref_logp = _reference_scorer(c, learner, loaded.params)
+  with progress.phase("setting up sampler and learner"):
+    sampler = sampling.Sampler.for_model(loaded, mesh, rules)
+    learner = learner_lib.make_learner(loaded.cfg, learner_config(c), mesh, rules)
+    state = learner.init_state(loaded.params, c.seed)
+    ref_logp = _reference_scorer(c, learner, loaded.params)
   del loaded
   mgr = ckpt_lib.manager(os.path.join(workdir, "checkpoints"), keep=c.keep_checkpoints)
   host: dict[str, Any] = {"step": 0, "pool": [], "memory": [], "window": None, "lp_state": {},
                           "corpus": None, "regen_index": 0}
   if mgr.latest_step() is not None:
-    state, host = ckpt_lib.restore(mgr, learner)
+    with progress.phase("restoring checkpoint", f"step {mgr.latest_step()}"):
+      state, host = ckpt_lib.restore(mgr, learner)
     log(f"resuming from step {host['step']} ({workdir})")
   corpus = None
   if c.corpus.enabled:
-    path = c.corpus.path or corpus_lib.build_default_corpus(os.path.join(workdir, "corpus.jsonl"))
-    corpus = corpus_lib.Corpus(corpus_lib.read_jsonl(path, c.corpus.max_words), c.seed)
+    with progress.phase("corpus", c.corpus.path or "building the default corpus"):
+      path = c.corpus.path or corpus_lib.build_default_corpus(
+          os.path.join(workdir, "corpus.jsonl"))
+      corpus = corpus_lib.Corpus(corpus_lib.read_jsonl(path, c.corpus.max_words), c.seed)
     if host["corpus"] is not None:
       corpus.set_state(host["corpus"])
   records = memory_lib.from_json(host["memory"])
@@ -115,11 +127,15 @@ def run(c, workdir: str, log=print) -> dict[str, Any]:
   ep_limits = episodes_lib.Limits(c.env.max_turns, c.agent_context)
   agent_settings = _settings(c.agent)
   metrics = outputs.Metrics(workdir, host["step"])
-  pool = pool_lib.Pool(workers=c.env.workers, limits=limits, require=tuple(c.env.require))
+  with progress.phase("starting sandbox", f"{c.env.workers} workers"):
+    pool = pool_lib.Pool(workers=c.env.workers, limits=limits, require=tuple(c.env.require))
   log(f"sandbox protections: {sorted(k for k, v in pool.protections.items() if v)}")
+  step_times: list[tuple[bool, float]] = []  # this process's steps, for the ETA
   try:
     for t in range(host["step"], c.total_steps):
       t0 = time.perf_counter()
+      log(f"-- rollout step {t + 1}/{c.total_steps}"
+          f"{' (regeneration)' if t % c.k == 0 else ''}")
       row: dict[str, Any] = {"step": t, "regen": t % c.k == 0}
       params = state.params
       paid: list[dict[str, Any]] = []
@@ -132,7 +148,7 @@ def run(c, workdir: str, log=print) -> dict[str, Any]:
           row.update(stats)
         tr = time.perf_counter()
         regen = designer_lib.regenerate(c, t, host["regen_index"], params, sampler, tok, pool,
-                                        corpus, records, mcfg, validation)
+                                        corpus, records, mcfg, validation, progress=progress)
         row["time_regen_s"] = time.perf_counter() - tr
         skills = designer_lib.window_skills(c.skills, host["regen_index"], c.skills_per_window)
         host["regen_index"] += 1
@@ -154,7 +170,10 @@ def run(c, workdir: str, log=print) -> dict[str, Any]:
                                      cd["hint"])
                   for i, cd in enumerate(cards) if cd["source"] == "designer" and cd["hint"]]
         h_eps, h_time = episodes_lib.play(pool, sampler, params, tok, hinted, c.hinted_plays,
-                                          agent_settings, ep_limits, seeds.derive(c.seed, t, 4))
+                                          agent_settings, ep_limits, seeds.derive(c.seed, t, 4),
+                                          progress=progress, name="hinted plays")
+        if not hinted:
+          log("hinted plays: skipped (no hinted environment)")
         timing = timing.add(h_time)
         for cd in cards:
           if cd["source"] == "designer":
@@ -168,7 +187,8 @@ def run(c, workdir: str, log=print) -> dict[str, Any]:
       groups = [episodes_lib.Group(cd["env_id"], cd["code"], seeds.derive(c.seed, t, 3, i))
                 for i, cd in enumerate(cards)]
       eps, p_time = episodes_lib.play(pool, sampler, params, tok, groups, c.plays_per_env,
-                                      agent_settings, ep_limits, seeds.derive(c.seed, t, 5))
+                                      agent_settings, ep_limits, seeds.derive(c.seed, t, 5),
+                                      progress=progress, name="unhinted plays")
       timing = timing.add(p_time)
       played = [e for e in eps if e.end != "start_failed"]
       by_env: dict[str, list[float]] = {}
@@ -196,13 +216,18 @@ def run(c, workdir: str, log=print) -> dict[str, Any]:
       tl = time.perf_counter()
       if any(sum(s["mask"]) for s in samples):
         batch = batch_lib.pack(samples, c.global_batch, pad_id=sampler.pad_id)
-        if ref_logp is not None:
-          batch["logp_ref_BT"] = ref_logp(batch)
-        state, m = learner.train_step(state, batch)
-        row.update({k: float(v) for k, v in jax.device_get(m).items()})
+        with progress.phase("learner step", _batch_text(batch, c.optim.micro_batch)) as ph:
+          with progress.compiling("learner step"):
+            if ref_logp is not None:
+              batch["logp_ref_BT"] = ref_logp(batch)
+            state, m = learner.train_step(state, batch)
+            # The metrics were read back here before: the same one sync ends the phase.
+            row.update({k: float(v) for k, v in jax.device_get(m).items()})
+          ph.note = f"loss {row.get('loss', float('nan')):+.4f}"
         row["tokens_trained"] = int(batch["loss_mask_BT"].sum())
       else:
         row["learner_skipped"] = "no trained tokens"
+        log("learner step: skipped (no trained tokens)")
       row["time_learner_s"] = time.perf_counter() - tl
 
       # ---- outputs and checkpoint
@@ -218,17 +243,38 @@ def run(c, workdir: str, log=print) -> dict[str, Any]:
                  device_waits_on_host_frac=timing.env_wait_s / total if total else 0.0)
       metrics.write(row)
       if (t + 1) % c.checkpoint_every == 0 or t + 1 == c.total_steps:
-        ckpt_lib.save(mgr, state, learner.model_cfg, host, tokenizer=tok_spec, step=t + 1)
-      eta = total * (c.total_steps - t - 1)
-      log(f"step {t + 1}/{c.total_steps}  return {row.get('agent_return_mean', 0):+.3f}  "
-          f"win {row.get('agent_win_rate', 0):.2f}  admitted "
-          f"{row.get('designer_admitted', '-')}/{row.get('designer_attempts', '-')}  "
-          f"{total:.0f}s/step  eta {eta / 60:.1f} min")
+        with progress.phase("checkpoint save", f"step {t + 1}"):
+          ckpt_lib.save(mgr, state, learner.model_cfg, host, tokenizer=tok_spec, step=t + 1)
+      _write_pictures(workdir, str(c), log)
+      step_times.append((t % c.k == 0, time.perf_counter() - t0))  # with saves and plots
+      eta = progress_lib.eta_s(step_times, [u % c.k == 0 for u in range(t + 1, c.total_steps)])
+      log(progress_lib.step_line(t, c.total_steps, row, eta))
   finally:
     ckpt_lib.wait(mgr)
     pool.close()
     metrics.close()
   return host
+
+
+def _batch_text(batch, micro: int) -> str:
+  B, T = batch["tokens_BT"].shape
+  # The micro-batches are a scan inside one jitted call: the host cannot count them as they go.
+  mb = f", {B // micro} micro-batches of {micro} in one call" if micro and micro < B else ""
+  return f"{B} rows x {T} tokens{mb}"
+
+
+def _write_pictures(workdir: str, config_text: str, log) -> None:
+  """plots/*.png and report.md from metrics.jsonl, after every step, so a killed run has them;
+  a failure here is reported and never ends the run."""
+  from spade_jax.selfplay import plots
+
+  try:
+    failed = plots.write_all(workdir, outputs.read(os.path.join(workdir, "metrics.jsonl")))
+    outputs.report(workdir, config_text)
+  except Exception as e:  # noqa: BLE001 -- pictures are never worth a run
+    failed = {"report": f"{type(e).__name__}: {e}"}
+  if failed:
+    log(f"plots: could not write {', '.join(f'{k} ({v})' for k, v in failed.items())}")
 
 
 def _reference_scorer(c, learner, params):

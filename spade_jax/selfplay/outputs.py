@@ -1,4 +1,5 @@
-"""What a run leaves in its workdir: metrics.jsonl, TensorBoard events, pool cards, report.md.
+"""What a run leaves in its workdir: metrics.jsonl, TensorBoard events, pool cards, report.md
+(with the pictures of `plots.py`).
 
 Metrics are appended one JSON object per step as the step completes. On resume the file is cut
 back to the steps before the checkpoint, so a step that ran but was not checkpointed is not
@@ -73,7 +74,8 @@ def _mean(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
 
 
 def report(workdir: str, config_text: str) -> str:
-  """A short markdown summary of the whole run, from metrics.jsonl."""
+  """A short markdown summary of the run so far, from metrics.jsonl, with a table of the figures
+  in plots/ (those present); written atomically, so it can be rewritten after every step."""
   rows = read(os.path.join(workdir, "metrics.jsonl"))
   fmt = lambda x: "n/a" if x is None else f"{x:.3f}"
   attempts = sum(r.get("designer_attempts", 0) for r in rows)
@@ -100,12 +102,29 @@ def report(workdir: str, config_text: str) -> str:
       f"- wall time: {total:.0f} s; device sampling {fmt(_sum_frac(rows, 'time_sample_s', total))},"
       f" host environments {fmt(_sum_frac(rows, 'time_env_wait_s', total))}, learner "
       f"{fmt(_sum_frac(rows, 'time_learner_s', total))} of it",
-      "", "## Config", "", "```", config_text.strip(), "```", "",
+      "", *_figure_table(workdir), "## Config", "", "```", config_text.strip(), "```", "",
   ]
   text = "\n".join(lines)
-  with open(os.path.join(workdir, "report.md"), "w") as f:
+  path = os.path.join(workdir, "report.md")
+  with open(path + ".tmp", "w") as f:
     f.write(text)
+  os.replace(path + ".tmp", path)
   return text
+
+
+def _figure_table(workdir: str, columns: int = 2) -> list[str]:
+  """Markdown lines: the figures present, `columns` per row, each with its caption below."""
+  from spade_jax.selfplay import plots
+
+  figs = plots.existing(workdir)
+  if not figs:
+    return []
+  lines = ["## Figures", "", "|" + " |" * columns, "|" + ":-:|" * columns]
+  for i in range(0, len(figs), columns):
+    part = figs[i:i + columns] + [("", "")] * (columns - len(figs[i:i + columns]))
+    lines.append("| " + " | ".join(f"![{c}]({p})" if p else "" for p, c in part) + " |")
+    lines.append("| " + " | ".join(c for _, c in part) + " |")
+  return lines + [""]
 
 
 def _sum_frac(rows, key, total):
