@@ -10,40 +10,27 @@ The loss mask is 1 on assistant tokens and 0 on everything the template or the e
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import os
 from typing import Sequence
+
+from spade_jax import gguf_tokenizer
 
 Message = dict[str, str]
 
 _SENTINEL = "\u2063SPADE_ASSISTANT_TURN\u2063"
 
 
-def load_tokenizer(path: str, cache_dir: str | None = None):
-  """AutoTokenizer from an HF directory or a .gguf file.
+def load_tokenizer(path: str):
+  """The tokenizer of an HF directory (AutoTokenizer) or of a .gguf file.
 
-  Converting a GGUF vocabulary is slow (seconds), so the converted tokenizer is saved once under
-  `cache_dir` (default ~/.cache/spade_jax/tokenizers) keyed by the file's name, size and mtime.
+  A .gguf vocabulary is built from the file's own metadata by `gguf_tokenizer` (well under a
+  second for SmolLM2's 49k tokens, so nothing is cached): transformers' GGUF conversion gives the
+  same tokenizer but imports torch, which the runtime does not install.
   """
+  if path.endswith(".gguf"):
+    return gguf_tokenizer.build_tokenizer(path)
   from transformers import AutoTokenizer
 
-  if not path.endswith(".gguf"):
-    return AutoTokenizer.from_pretrained(path)
-  st = os.stat(path)
-  key = hashlib.sha256(f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}".encode())
-  cache_dir = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "spade_jax",
-                                        "tokenizers")
-  cached = os.path.join(cache_dir, key.hexdigest()[:16])
-  if os.path.exists(os.path.join(cached, "tokenizer_config.json")):
-    return AutoTokenizer.from_pretrained(cached)
-  tok = AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
-  tmp = f"{cached}.tmp{os.getpid()}"
-  tok.save_pretrained(tmp)
-  try:
-    os.replace(tmp, cached)
-  except OSError:  # another process won the race; theirs is identical
-    pass
-  return tok
+  return AutoTokenizer.from_pretrained(path)
 
 
 def stop_token_ids(tokenizer) -> tuple[int, ...]:
