@@ -21,6 +21,13 @@ from spade_jax import config as config_lib
 SKILLS = ("Mathematical_Reasoning", "Logical_Deduction", "Spatial_Reasoning",
           "Pattern_Recognition", "Optimization", "Causal_Inference")
 
+# Preset -> what it runs; `python -m spade_jax.train --help` lists these.
+PRESETS = {
+    "local": "the embedded SmolLM2-135M on CPU: two regeneration windows in a few minutes",
+    "qwen3_4b": "the paper's games recipe for Qwen3-4B (beta 0); needs --config.model=HF_DIR",
+    "qwen3_8b": "the same for Qwen3-8B (KL beta 0.005); needs --config.model=HF_DIR",
+}
+
 
 def _sampling(temperature, top_p, top_k, max_new_tokens):
   return ml_collections.ConfigDict(dict(temperature=temperature, top_p=top_p, top_k=top_k,
@@ -118,5 +125,5 @@ def get_config(arg=None):
     c.mesh.data, c.mesh.fsdp = 1, -1
     c.rl.kl_beta = 0.005
   else:
-    raise ValueError(f"unknown preset {preset!r}; presets: local, qwen3_4b, qwen3_8b")
+    raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
   return c

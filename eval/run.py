@@ -1,8 +1,8 @@
 """Evaluation CLI: sample, grade, save, summarize — or re-grade saved samples without a model.
 
   python -m spade_jax.eval.run --model SPEC --benchmarks LIST --preset smoke|paper --out DIR \\
-      [--data-dir USER_DATA] [--samples N] [--max-new-tokens N] [--dtype bfloat16]
-  python -m spade_jax.eval.run --rescore DIR [--out DIR2] [--data-dir USER_DATA]
+      [--data_dir USER_DATA] [--samples N] [--max_new_tokens N] [--dtype bfloat16]
+  python -m spade_jax.eval.run --rescore DIR [--out DIR2] [--data_dir USER_DATA]
 
 SPEC is any model the generate CLI accepts (smollm2-135m, an HF directory, a .gguf file,
 random:PRESET) or a check generator: `oracle` (answers with the reference; must score 1.0) or
@@ -33,6 +33,7 @@ from . import benchmarks as bench_lib
 from . import presets, samples, stats
 from .generation import make_generator
 from .protocol import Benchmark, Context, Protocol, Unavailable
+from spade_jax import cli
 from spade_jax import hostmem
 
 CHUNK_PROMPTS = 8  # prompts sampled, graded and saved together
@@ -142,8 +143,8 @@ def evaluate(model: str, selected: list[Benchmark], preset: str, out: str,
   """Runs the selected benchmarks; every finished benchmark is in summary.json at once."""
   t0 = time.perf_counter()
   protocols = presets.get(preset)
+  gen = make_generator(model, dtype=dtype)  # first: a model that fails to load leaves no `out`
   os.makedirs(os.path.join(out, "samples"), exist_ok=True)
-  gen = make_generator(model, dtype=dtype)
   summary = {"model": model, "preset": preset, "benchmarks": {}, "wall_s": 0.0}
   for bench in selected:
     proto = protocols[bench.name]
@@ -180,7 +181,6 @@ def rescore(src: str, out: str, data_dir: str | None = None) -> dict:
   if os.path.exists(os.path.join(src, "summary.json")):
     with open(os.path.join(src, "summary.json")) as f:
       old = json.load(f)
-  os.makedirs(os.path.join(out, "samples"), exist_ok=True)
   summary = {"model": old.get("model", "?"), "preset": old.get("preset", "?"),
              "rescored_from": os.path.abspath(src), "benchmarks": {}, "wall_s": 0.0}
   for fname in sorted(os.listdir(sample_dir)):
@@ -206,6 +206,7 @@ def rescore(src: str, out: str, data_dir: str | None = None) -> dict:
       continue
     finally:
       ctx.close()
+    os.makedirs(os.path.join(out, "samples"), exist_ok=True)  # not before a sample file is good
     writer = samples.Writer(os.path.join(out, "samples", fname + ".tmp"))
     scores: dict[str, list[float]] = defaultdict(list)
     changed = 0
@@ -220,42 +221,65 @@ def rescore(src: str, out: str, data_dir: str | None = None) -> dict:
     summary["benchmarks"][name] = {**stats.summarize(scores), "status": "ok",
                                    "changed_verdicts": changed}
   summary["wall_s"] = round(time.perf_counter() - t0, 2)
+  os.makedirs(out, exist_ok=True)
   write_summary(out, summary)
   return summary
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(prog="python -m spade_jax.eval.run", description=__doc__,
+                              epilog=cli.ALIAS_NOTE,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--model", help="model SPEC, or oracle / empty")
-  p.add_argument("--benchmarks", default="all")
-  p.add_argument("--preset", default="smoke", choices=sorted(presets.PRESETS))
-  p.add_argument("--out", help="output directory")
-  p.add_argument("--data-dir", help="directory of user-supplied benchmark files")
-  p.add_argument("--samples", type=int, help="override samples per problem")
-  p.add_argument("--max-new-tokens", type=int, help="override the token budget")
-  p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+  p.add_argument("--model", metavar="SPEC", help="model SPEC, or oracle / empty")
+  p.add_argument("--benchmarks", default="all", metavar="LIST",
+                 help="comma-separated benchmark or family names, or all (default: all)")
+  p.add_argument("--preset", default="smoke", choices=sorted(presets.PRESETS),
+                 help="sampling protocol and problem counts (default: smoke)")
+  p.add_argument("--out", metavar="DIR", help="output directory")
+  p.add_argument("--data_dir", metavar="DIR", help="directory of user-supplied benchmark files")
+  p.add_argument("--samples", type=int, metavar="N", help="override samples per problem")
+  p.add_argument("--max_new_tokens", type=int, metavar="N", help="override the token budget")
+  p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                 help="compute dtype of the model (default: float32)")
   p.add_argument("--rescore", metavar="DIR", help="re-grade DIR/samples without a model")
-  a = p.parse_args(argv)
+  return p
+
+
+def _check_out(out: str) -> None:
+  if os.path.exists(out) and not os.path.isdir(out):
+    raise ValueError(f"--out {out!r} exists and is not a directory")
+
+
+def _main(argv: Sequence[str]) -> int:
+  p = parser()
+  a = p.parse_args(cli.underscored(argv))
   hostmem.retain_freed_memory()
   try:
     if a.rescore:
-      summary = rescore(a.rescore, a.out or os.path.join(a.rescore, "rescored"), a.data_dir)
       out = a.out or os.path.join(a.rescore, "rescored")
+      _check_out(out)
+      summary = rescore(a.rescore, out, a.data_dir)
     else:
       if not a.model or not a.out:
         p.error("--model and --out are required (or --rescore DIR)")
+      _check_out(a.out)
       selected = bench_lib.select(a.benchmarks)
       overrides = {k: v for k, v in (("n", a.samples), ("max_new_tokens", a.max_new_tokens))
                    if v is not None}
       summary = evaluate(a.model, selected, a.preset, a.out, a.data_dir, overrides, a.dtype)
       out = a.out
-  except (ValueError, FileNotFoundError) as e:
+  except BrokenPipeError:
+    raise
+  except (ValueError, OSError) as e:  # a bad model, input or output path: one line
     print(f"error: {e}", file=sys.stderr)
     return 2
   with open(os.path.join(out, "summary.md")) as f:
     print(f.read())
   return 1 if any(r["status"] == "error" for r in summary["benchmarks"].values()) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  return cli.quiet_broken_pipe(_main, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

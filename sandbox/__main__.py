@@ -6,7 +6,10 @@
   python -m spade_jax.sandbox probe
 
 `validate` judges all files in one pool, concurrently; each file gets its own line, whatever the
-others do. Exit status: 0 when everything was admitted (validate) or the episode ran (play).
+others do. A file that cannot be read (missing, a directory, not UTF-8) is an error line; a
+package's `__init__.py` (as in `validate sandbox/starters/*.py`) is skipped, never judged.
+Exit status: 0 when every judged file was admitted (validate) or the episode ran (play).
+Flags are spelled with underscores (`--memory_mb`); the dashed spelling is accepted too.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
+
+from spade_jax import cli  # standard library only: the sandbox stays free of JAX
 
 from . import bench
 from .contract import Limits, extract_code
@@ -31,34 +37,50 @@ def _pool(args) -> Pool:
 
 
 def _read(path: str) -> tuple[str | None, str]:
+    """(text, "") or (None, why not): decoding is strict, as a replaced byte would change the code."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8") as f:
             return f.read(), ""
     except OSError as e:
         return None, f"cannot read: {e.strerror}"
+    except UnicodeDecodeError as e:
+        return None, f"cannot read: not UTF-8 (byte {e.object[e.start]:#04x} at offset {e.start})"
+
+
+def _row(path: str, text: str | None, err: str) -> dict | None:
+    """The row of a file that is not judged (skipped or unreadable); None for one to judge."""
+    if os.path.basename(path) == "__init__.py":
+        return {"file": path, "skipped": True, "reason": "a package's __init__.py, not an environment"}
+    if text is None:
+        return {"file": path, "admitted": False, "check": "code", "status": "UNREADABLE", "reason": err}
+    return None
+
+
+def _line(row: dict) -> str:
+    if row.get("skipped"):
+        mark = "SKIPPED"
+    elif row["status"] == "UNREADABLE":
+        mark = "ERROR"
+    else:
+        mark = "ADMITTED" if row["admitted"] else f"REJECTED {row['check']} [{row['status']}]"
+    return f"{row['file']}: {mark} {row['reason']}".rstrip()
 
 
 def cmd_validate(args) -> int:
-    texts, unreadable = [], {}
-    for i, path in enumerate(args.files):
+    rows, judged = [], {}
+    for path in args.files:
         text, err = _read(path)
-        texts.append(text or "")
-        if text is None:
-            unreadable[i] = err
-    with _pool(args) as pool:
-        verdicts = validate_many(pool, texts, Options(total_s=args.total_s))
-    ok = True
-    for i, (path, v) in enumerate(zip(args.files, verdicts)):
-        row = {"file": path, **v.to_json()}
-        if i in unreadable:
-            row.update(admitted=False, check="code", status="OK", reason=unreadable[i])
-        ok &= row["admitted"]
-        if args.json:
-            print(json.dumps(row), flush=True)
-        else:
-            mark = "ADMITTED" if row["admitted"] else f"REJECTED {row['check']} [{row['status']}]"
-            print(f"{path}: {mark} {row['reason']}".rstrip(), flush=True)
-    return 0 if ok else 1
+        rows.append(_row(path, text, err))
+        if rows[-1] is None:
+            judged[len(rows) - 1] = text
+    if judged:
+        with _pool(args) as pool:
+            verdicts = validate_many(pool, list(judged.values()), Options(total_s=args.total_s))
+        for i, v in zip(judged, verdicts):
+            rows[i] = {"file": args.files[i], **v.to_json()}
+    for row in rows:
+        print(json.dumps(row) if args.json else _line(row), flush=True)
+    return 0 if all(row.get("skipped") or row["admitted"] for row in rows) else 1
 
 
 def cmd_play(args) -> int:
@@ -102,48 +124,57 @@ def cmd_probe(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spade_jax.sandbox", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def common(sp, workers=2):
-        sp.add_argument("--workers", type=int, default=workers)
-        sp.add_argument("--memory-mb", type=int, default=1024, help="address-space limit per episode")
+        sp.add_argument("--workers", type=int, default=workers, help="zygote processes (default: %(default)s)")
+        sp.add_argument("--memory_mb", type=int, default=1024, help="address-space limit per episode")
         sp.add_argument("--timeout", type=float, default=None,
                         help="deadline in seconds for each load, reset and step (default: Limits)")
         sp.add_argument("--require", default=",".join(DEFAULT_REQUIRE),
                         help="comma-separated protections that must be in force (empty: none)")
 
     v = sub.add_parser("validate", help="admission checks, one line per file")
-    v.add_argument("files", nargs="+")
-    v.add_argument("--json", action="store_true")
-    v.add_argument("--total-s", type=float, default=60.0, help="deadline per environment")
+    v.add_argument("files", nargs="+", metavar="FILE",
+                   help="environment programs (code, or a reply with a fenced python block)")
+    v.add_argument("--json", action="store_true", help="one JSON object per file instead of a line")
+    v.add_argument("--total_s", type=float, default=60.0, help="deadline per environment")
     common(v)
     v.set_defaults(fn=cmd_validate)
 
     pl = sub.add_parser("play", help="run one episode and print its transcript")
-    pl.add_argument("file")
-    pl.add_argument("--seed", type=int, default=None)
-    pl.add_argument("--actions", nargs="*", default=[])
+    pl.add_argument("file", help="the environment program")
+    pl.add_argument("--seed", type=int, default=None, help="the seed reset() gets")
+    pl.add_argument("--actions", nargs="*", default=[], help="the agent's actions, one per step")
     pl.add_argument("--solution", action="store_true", help="play the environment's own solution()")
-    pl.add_argument("--json", action="store_true")
+    pl.add_argument("--json", action="store_true", help="one JSON object per turn")
     common(pl, workers=1)
     pl.set_defaults(fn=cmd_play)
 
     b = sub.add_parser("bench", help="pool vs fresh-process throughput, step round trip")
-    b.add_argument("--episodes", type=int, default=200)
-    b.add_argument("--spawn-episodes", type=int, default=40)
-    b.add_argument("--in-flight", type=int, default=8)
-    b.add_argument("--workers", type=int, default=None)
+    b.add_argument("--episodes", type=int, default=200, help="episodes through the pool")
+    b.add_argument("--spawn_episodes", type=int, default=40, help="episodes run as fresh processes")
+    b.add_argument("--in_flight", type=int, default=8, help="episodes live at once")
+    b.add_argument("--workers", type=int, default=None, help="zygote processes (default: min(4, CPUs))")
     b.set_defaults(fn=cmd_bench)
 
     pr = sub.add_parser("probe", help="print which protections are in force")
     common(pr, workers=1)
     pr.set_defaults(fn=cmd_probe)
 
-    args = p.parse_args(argv)
+    return p
+
+
+def _main(argv) -> int:
+    args = parser().parse_args(cli.underscored(argv))
     return args.fn(args)
+
+
+def main(argv=None) -> int:
+    return cli.quiet_broken_pipe(_main, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Each benchmark lives in its own module with a `main(argv)`; this file only dispa
 import importlib
 import sys
 
+from spade_jax import cli
 from spade_jax import hostmem
 
 
@@ -26,12 +27,28 @@ BENCHMARKS = {
 }
 
 
-def main(argv=None) -> None:
-  argv = list(sys.argv[1:] if argv is None else argv)
+USAGE = (f"usage: python -m spade_jax.bench {{{','.join(BENCHMARKS)}}} [flags]\n"
+         "  (python -m spade_jax.bench NAME --help lists a benchmark's flags)")
+
+
+def _main(argv: list[str]) -> None:
   hostmem.retain_freed_memory()
+  if argv[:1] in (["-h"], ["--help"]):
+    print(USAGE)
+    return
   if not argv or argv[0] not in BENCHMARKS:
-    sys.exit(f"usage: python -m spade_jax.bench {{{','.join(BENCHMARKS)}}} [flags]")
-  importlib.import_module(BENCHMARKS[argv[0]]).main(argv[1:])
+    sys.exit(USAGE)
+  module = importlib.import_module(BENCHMARKS[argv[0]])
+  from spade_jax.convert import CheckpointError
+
+  try:
+    module.main(argv[1:])
+  except CheckpointError as e:  # a bad --model: one line, as generate and train give
+    sys.exit(f"error: {e}")
+
+
+def main(argv=None) -> None:
+  cli.quiet_broken_pipe(_main, list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

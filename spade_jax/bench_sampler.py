@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from spade_jax import bench
+from spade_jax import cli
 from spade_jax import loading
 from spade_jax import sampling
 from spade_jax import sharding
@@ -93,23 +94,38 @@ def _hf_tokens_per_s(hf, prompts: np.ndarray, new_tokens: int, settings: samplin
   return prompts.shape[0] * new_tokens / best
 
 
-def main(argv) -> None:
-  p = argparse.ArgumentParser(prog="python -m spade_jax.bench sampler", description=__doc__)
-  p.add_argument("--model", default="smollm2-135m")
-  p.add_argument("--batch", default="8", help="comma-separated batch sizes")
-  p.add_argument("--prompt_len", type=int, default=64)
-  p.add_argument("--new_tokens", type=int, default=128)
-  p.add_argument("--capacity", default="", help="comma-separated cache capacities (default: "
-                 "the smallest bucket that fits)")
-  p.add_argument("--num_samples", type=int, default=1,
+def parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="python -m spade_jax.bench sampler", description=__doc__,
+                              epilog=cli.ALIAS_NOTE,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--model", default="smollm2-135m", metavar="SPEC",
+                 help="a model SPEC (see spade_jax.loading), e.g. random:qwen3_4b for an "
+                 "architecture without its weights (default: %(default)s)")
+  p.add_argument("--batch", default="8", metavar="LIST",
+                 help="comma-separated batch sizes (default: 8)")
+  p.add_argument("--prompt_len", type=int, default=64, metavar="N",
+                 help="tokens of every random prompt (default: %(default)s)")
+  p.add_argument("--new_tokens", type=int, default=128, metavar="N",
+                 help="tokens every row generates, EOS ignored (default: %(default)s)")
+  p.add_argument("--capacity", default="", metavar="LIST",
+                 help="comma-separated cache capacities (default: the smallest bucket that fits)")
+  p.add_argument("--num_samples", type=int, default=1, metavar="N",
                  help="completions per prompt (batch = prompts x num_samples)")
-  p.add_argument("--repeats", type=int, default=2, help="timed runs; the best is reported")
-  p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-  p.add_argument("--compare_transformers", action="store_true")
+  p.add_argument("--repeats", type=int, default=2, metavar="N",
+                 help="timed runs; the best is reported")
+  p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                 help="compute dtype (default: %(default)s)")
+  p.add_argument("--compare_transformers", action="store_true",
+                 help="also time transformers' generate (torch CPU, float32) on the same "
+                 "weights and prompts; needs an embedded model")
   p.add_argument("--compare_tunix", action="store_true",
                  help="also time google/tunix's sampler (pip install --no-deps -r "
                  "requirements-peer.txt)")
-  a = p.parse_args(argv)
+  return p
+
+
+def main(argv) -> None:
+  a = parser().parse_args(cli.underscored(argv))
 
   mesh = sharding.make_mesh({"data": -1}, jax.devices()[:1])
   loaded = loading.load_model(a.model, mesh, dtype=a.dtype, tokenizer=False)

@@ -18,12 +18,14 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 import jax
 import numpy as np
 
 from spade_jax import bench
+from spade_jax import cli
 from spade_jax import learner as learner_lib
 from spade_jax import loading, sharding
 from spade_jax import model as model_lib
@@ -105,24 +107,40 @@ def torch_step_fn(spec: str, batch, lcfg: learner_lib.LearnerConfig, dtype: str 
   return step
 
 
-def main(argv=None) -> None:
-  ap = argparse.ArgumentParser(prog="python -m spade_jax.bench train")
-  ap.add_argument("--model", default="smollm2-135m", help="a model SPEC (see spade_jax.loading)")
-  ap.add_argument("--batch", type=int, default=8)
-  ap.add_argument("--seq", type=int, default=256)
-  ap.add_argument("--group", type=int, default=1,
+def parser() -> argparse.ArgumentParser:
+  ap = argparse.ArgumentParser(prog="python -m spade_jax.bench train", description=__doc__,
+                               epilog=cli.ALIAS_NOTE,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("--model", default="smollm2-135m", metavar="SPEC",
+                  help="a model SPEC (see spade_jax.loading) (default: %(default)s)")
+  ap.add_argument("--batch", type=int, default=8, metavar="B",
+                  help="rows per step (default: %(default)s)")
+  ap.add_argument("--seq", type=int, default=256, metavar="T",
+                  help="tokens per row, the second half trained (default: %(default)s)")
+  ap.add_argument("--group", type=int, default=1, metavar="G",
                   help="rows per prompt: groups of rows share their first half")
   ap.add_argument("--steps", type=int, default=3, help="timed steps (after one compile step)")
   ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                   help="compute dtype (master params stay float32)")
-  ap.add_argument("--micro_batch", type=int, default=0)
-  ap.add_argument("--chunk", type=int, default=256)
-  ap.add_argument("--remat", action="store_true")
+  ap.add_argument("--micro_batch", type=int, default=0, metavar="N",
+                  help="rows per accumulated micro-batch; 0: the whole batch at once")
+  ap.add_argument("--chunk", type=int, default=256, metavar="N",
+                  help="sequence positions scored at a time, which bounds the [B, chunk, V] "
+                  "logits (default: %(default)s)")
+  ap.add_argument("--remat", action="store_true",
+                  help="recompute each layer's activations in the backward pass (less memory)")
   ap.add_argument("--entropy", action="store_true", help="also compute the entropy metric")
   ap.add_argument("--no_share_prefix", action="store_true",
                   help="score every row's prompt separately even where rows share it")
-  ap.add_argument("--compare_torch", action="store_true")
-  args = ap.parse_args(argv)
+  ap.add_argument("--compare_torch", action="store_true",
+                  help="also time the same step in PyTorch (transformers, CPU), alternating "
+                  "step by step; adds speedup and speedup_paired")
+  return ap
+
+
+def main(argv=None) -> None:
+  ap = parser()
+  args = ap.parse_args(cli.underscored(sys.argv[1:] if argv is None else argv))
   if args.group < 1 or args.batch % args.group:
     ap.error(f"--group {args.group} must divide --batch {args.batch}")
 

@@ -3,18 +3,19 @@
 `configs/<family>.py` files expose `get_config(arg)`. Overrides may only set keys the file
 declares (the config is locked) and are parsed against the declared value's type, so a typo or a
 wrong type is an error at start, not a silent default. Nothing derived is written back.
+JAX is imported only when a config is built (the mesh and rule sections), so that a CLI can
+answer `--help` from a config file's module without it.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib.util
 import os
 from typing import Sequence
 
 import ml_collections
-
-from spade_jax import sharding
 
 
 def shipped_dir() -> str:
@@ -48,14 +49,21 @@ def shipped(name: str) -> str:
   return os.path.join(shipped_dir(), name)
 
 
+def load_module(spec: str):
+  """The module of config file 'path/to/file.py[:arg]' (arg ignored), e.g. to read its PRESETS."""
+  path = resolve(spec.partition(":")[0])
+  module_spec = importlib.util.spec_from_file_location(f"_spade_config_{abs(hash(path))}", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module
+
+
 def load(spec: str) -> ml_collections.ConfigDict:
   """'path/to/file.py[:arg]' -> the file's get_config(arg), locked. A relative path that does
   not exist is looked up among the shipped configs."""
   path, _, arg = spec.partition(":")
   path = resolve(path)
-  module_spec = importlib.util.spec_from_file_location(f"_spade_config_{abs(hash(path))}", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  module = load_module(path)
   if not hasattr(module, "get_config"):
     raise AttributeError(f"config file {path!r} has no get_config(arg)")
   cfg = module.get_config(arg or None)
@@ -111,8 +119,9 @@ def override(cfg: ml_collections.ConfigDict, assignments: Sequence[str]) -> None
       raise TypeError(f"--config.{key}: {e}") from None
 
 
-def from_argv(argv: Sequence[str], default: str) -> tuple[ml_collections.ConfigDict, list[str]]:
-  """Pulls `--config=...` and `--config.k=v` out of argv; returns (config, remaining args)."""
+def split_argv(argv: Sequence[str], default: str) -> tuple[str, list[str], list[str]]:
+  """Pulls `--config=...` and `--config.k=v` out of argv, loading nothing: returns (config spec,
+  ['k=v', ...], remaining args)."""
   spec, assignments, rest = default, [], []
   args = list(argv)
   while args:
@@ -128,9 +137,34 @@ def from_argv(argv: Sequence[str], default: str) -> tuple[ml_collections.ConfigD
       assignments.append(body)
     else:
       rest.append(a)
+  return spec, assignments, rest
+
+
+def build(spec: str, assignments: Sequence[str]) -> ml_collections.ConfigDict:
+  """The config of `spec` with the overrides applied."""
   cfg = load(spec)
   override(cfg, assignments)
-  return cfg, rest
+  return cfg
+
+
+def from_argv(argv: Sequence[str], default: str) -> tuple[ml_collections.ConfigDict, list[str]]:
+  """Pulls `--config=...` and `--config.k=v` out of argv; returns (config, remaining args)."""
+  spec, assignments, rest = split_argv(argv, default)
+  return build(spec, assignments), rest
+
+
+def add_help(parser: argparse.ArgumentParser, default: str, metavar: str) -> None:
+  """Lists `--config=FILE[:ARG]` and `--config.KEY=VALUE` in a CLI's help. `split_argv` takes
+  them out of argv first, so argparse only ever shows them."""
+  parser.add_argument(
+      "--config", metavar=metavar, default=argparse.SUPPRESS,
+      help=f"config file and its get_config argument (default: {default}); a FILE not found "
+      f"from the working directory is looked up among the shipped configs "
+      f"({', '.join(sorted(shipped_names()))})")
+  parser.add_argument(
+      "--config.KEY", metavar="VALUE", default=argparse.SUPPRESS,
+      help="set one field the config declares, also nested (--config.mesh.fsdp=-1); the value "
+      "is parsed as the declared type; an unknown key or a wrong type is an error at start")
 
 
 # Shared sections, used by every config file that runs a model.
@@ -143,10 +177,14 @@ def mesh_config() -> ml_collections.ConfigDict:
 
 def rules_config() -> ml_collections.ConfigDict:
   """Logical axis -> tuple of mesh axes (see spade_jax/sharding.py)."""
+  from spade_jax import sharding
+
   return ml_collections.ConfigDict({k: tuple(v) for k, v in sharding.DEFAULT_RULES.items()})
 
 
 def validate_mesh(cfg: ml_collections.ConfigDict) -> None:
+  from spade_jax import sharding
+
   sizes = [cfg.mesh[a] for a in sharding.MESH_AXES]
   if sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes):
     raise ValueError(f"mesh: sizes must be positive with at most one -1, got {cfg.mesh.to_dict()}")

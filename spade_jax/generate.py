@@ -12,13 +12,13 @@ from typing import Sequence
 import jax
 import ml_collections
 
+from spade_jax import cli
 from spade_jax import config as config_lib
 from spade_jax import hostmem
 from spade_jax import loading
 from spade_jax import sampling
 from spade_jax import sharding
 from spade_jax import tokenizer as tok_lib
-
 
 
 def validate(c: ml_collections.ConfigDict) -> None:
@@ -69,34 +69,49 @@ def run(c: ml_collections.ConfigDict) -> list[str]:
   return [tok.decode([t for t in ids if t not in stops]) for ids in completions]
 
 
+def parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="python -m spade_jax.generate", description=__doc__,
+                              epilog=cli.ALIAS_NOTE, allow_abbrev=False,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  config_lib.add_help(p, "configs/generate.py", "FILE[:ARG]")
+  p.add_argument("--model", metavar="SPEC", help="embedded name (smollm2-135m), HF directory, "
+                 ".gguf file, spade_jax checkpoint or random:PRESET")
+  p.add_argument("--prompt", metavar="TEXT", help="the text to continue (or, with --chat, the "
+                 "user's message)")
+  p.add_argument("--chat", action="store_true", default=None,
+                 help="render the prompt as one user turn with the model's chat template")
+  p.add_argument("--greedy", action="store_true", default=None,
+                 help="take the most likely token at every step (ignores the sampling flags)")
+  p.add_argument("--temperature", type=float, metavar="T", help="sampling temperature, > 0")
+  p.add_argument("--top_p", type=float, metavar="P", help="nucleus sampling mass, in (0, 1]")
+  p.add_argument("--top_k", type=int, metavar="K",
+                 help="sample among the k most likely tokens; 0: all")
+  p.add_argument("--max_new_tokens", type=int, metavar="N",
+                 help="tokens to generate at most per sample")
+  p.add_argument("--num_samples", type=int, metavar="N",
+                 help="completions of the prompt (one shared prefill)")
+  p.add_argument("--seed", type=int, metavar="S", help="sampling seed")
+  p.add_argument("--dtype", choices=("float32", "bfloat16"),
+                 help="compute dtype (params stay float32)")
+  return p
+
+
 def parse(argv: Sequence[str]) -> ml_collections.ConfigDict:
-  c, rest = config_lib.from_argv(argv, config_lib.shipped("generate.py"))
-  p = argparse.ArgumentParser(prog="python -m spade_jax.generate", description=__doc__)
-  p.add_argument("--model")
-  p.add_argument("--prompt")
-  p.add_argument("--chat", action="store_true", default=None)
-  p.add_argument("--greedy", action="store_true", default=None)
-  p.add_argument("--temperature", type=float)
-  p.add_argument("--top_p", type=float)
-  p.add_argument("--top_k", type=int)
-  p.add_argument("--max_new_tokens", type=int)
-  p.add_argument("--num_samples", type=int)
-  p.add_argument("--seed", type=int)
-  p.add_argument("--dtype", choices=("float32", "bfloat16"))
-  args = p.parse_args(rest)
+  c, rest = config_lib.from_argv(cli.underscored(argv), config_lib.shipped("generate.py"))
+  args = parser().parse_args(rest)
   for k, v in vars(args).items():
     if v is not None:
       c[k] = v
   return c
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def _main(argv: Sequence[str]) -> None:
   hostmem.retain_freed_memory()
   sharding.initialize_distributed()
   try:
-    c = parse(sys.argv[1:] if argv is None else argv)
+    c = parse(argv)
     completions = run(c)
-  except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
+  except (ValueError, KeyError, TypeError, OSError) as e:
     sys.exit(f"error: {e.args[0] if isinstance(e, KeyError) else e}")
   if jax.process_index() != 0:
     return
@@ -104,6 +119,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if c.num_samples > 1:
       print(f"--- sample {i}")
     print(text)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  cli.quiet_broken_pipe(_main, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,11 @@
 """Self-play training entry point: `python -m spade_jax.train --config=configs/spade.py:local
 --workdir=DIR [--config.total_steps=N ...]`. Rerunning the same command on the same workdir
 resumes from the last checkpoint.
+
+The flags are parsed and the config is validated before anything heavy is imported, so `--help`
+and `--print_config` answer at once. The workdir and the model SPEC are checked before the
+workdir is created; a run that fails to start removes the directories it created while they are
+still empty.
 """
 
 from __future__ import annotations
@@ -12,10 +17,12 @@ from typing import Sequence
 
 import ml_collections
 
+from spade_jax import cli
 from spade_jax import config as config_lib
 from spade_jax import hostmem
-from spade_jax import sharding
 
+PROG = "python -m spade_jax.train"
+DEFAULT_CONFIG = config_lib.shipped("spade.py")
 REWARD_VARIANTS = ("blend", "solve_rate", "regret", "learning_potential")
 
 
@@ -24,6 +31,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
   p = []
   if not c.model:
     p.append("model is empty: pass --config.model=/path/to/hf_dir (or an embedded name)")
+  if c.model.startswith("random:") and not c.tokenizer:
+    p.append(f"model {c.model!r} has no tokenizer: pass --config.tokenizer=SPEC")
   for name in ("total_steps", "k", "envs_per_regen", "plays_per_env", "hinted_plays",
                "attempts_per_slot", "global_batch", "skills_per_window", "checkpoint_every",
                "keep_checkpoints", "agent_context"):
@@ -64,22 +73,133 @@ def validate(c: ml_collections.ConfigDict) -> None:
   config_lib.validate_mesh(c)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-  hostmem.retain_freed_memory()
-  sharding.initialize_distributed()
-  argv = sys.argv[1:] if argv is None else argv
-  try:
-    c, rest = config_lib.from_argv(argv, config_lib.shipped("spade.py"))
-    parser = argparse.ArgumentParser(prog="python -m spade_jax.train", description=__doc__)
-    parser.add_argument("--workdir", required=True)
-    args = parser.parse_args(rest)
-    validate(c)
-  except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
-    sys.exit(f"error: {e.args[0] if isinstance(e, KeyError) else e}")
-  from spade_jax.selfplay import loop, outputs
+def _presets_text(spec: str) -> str:
+  """The help's list of the config file's presets (its module-level PRESETS, if it has one)."""
+  path = config_lib.resolve(spec.partition(":")[0])
+  presets = getattr(config_lib.load_module(path), "PRESETS", {})
+  name = path
+  if os.path.dirname(os.path.abspath(path)) == os.path.abspath(config_lib.shipped_dir()):
+    name = "configs/" + os.path.basename(path)  # as the README spells the shipped ones
+  if not presets:
+    return f"{name} declares no presets."
+  width = max(map(len, presets))
+  lines = [f"  {k:<{width}}  {v}" for k, v in presets.items()]
+  return f"presets of {name} (--config={name}:PRESET):\n" + "\n".join(lines)
 
-  loop.run(c, args.workdir)
+
+def parser(spec: str = DEFAULT_CONFIG) -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(
+      prog=PROG, description=__doc__.split("\n\n")[0], allow_abbrev=False,
+      epilog=f"{_presets_text(spec)}\n\n{cli.ALIAS_NOTE}",
+      formatter_class=argparse.RawDescriptionHelpFormatter)
+  config_lib.add_help(p, "configs/spade.py, preset local", "FILE[:PRESET]")
+  p.add_argument("--workdir", metavar="DIR",
+                 help="the run's directory (metrics, pool, checkpoints, report), created if "
+                 "missing; rerunning the same command on it resumes")
+  p.add_argument("--print_config", action="store_true",
+                 help="print the resolved config (preset and overrides applied, validated) and "
+                 "exit without loading anything")
+  return p
+
+
+def parse(argv: Sequence[str]) -> tuple[ml_collections.ConfigDict, argparse.Namespace]:
+  """(validated config, flags); `--help` exits here, before any config is built."""
+  spec, assignments, rest = config_lib.split_argv(cli.underscored(argv), DEFAULT_CONFIG)
+  p = parser(spec)
+  args = p.parse_args(rest)
+  if not args.workdir and not args.print_config:
+    p.error("--workdir is required")
+  c = config_lib.build(spec, assignments)
+  validate(c)
+  return c, args
+
+
+def check_workdir(workdir: str) -> str | None:
+  """Fails on a workdir that cannot be one; returns the topmost directory that creating it
+  will make (None if it exists), which a failed start may remove again."""
+  path = os.path.abspath(workdir)
+  if os.path.exists(path):
+    if not os.path.isdir(path):
+      raise ValueError(f"workdir {workdir!r} exists and is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+      raise ValueError(f"workdir {workdir!r} is not writable")
+    return None
+  top, parent = path, os.path.dirname(path)
+  while not os.path.exists(parent):
+    top, parent = parent, os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise ValueError(f"workdir {workdir!r}: {parent!r} is not a directory")
+  if not os.access(parent, os.W_OK | os.X_OK):
+    raise ValueError(f"workdir {workdir!r}: cannot create directories in {parent!r}")
+  return top
+
+
+def remove_if_empty(workdir: str, top: str | None) -> None:
+  """Removes the workdir and its parents up to `top`, the ones this run created, while empty."""
+  if top is None:
+    return
+  d = os.path.abspath(workdir)
+  while True:
+    try:
+      os.rmdir(d)  # fails on a directory that is not empty: it is kept
+    except OSError:
+      return
+    if d == top:
+      return
+    d = os.path.dirname(d)
+
+
+def check_model(c: ml_collections.ConfigDict) -> None:
+  """The checks the loader runs before it reads any weights (the SPEC names a model; the
+  config, every file header, tensor name and shape), run here before the workdir exists."""
+  from spade_jax import gguf_io, hf, loading
+
+  kind = loading._kind(c.model)  # CheckpointError for a SPEC that names nothing
+  if kind == "hf":
+    hf.open_checkpoint(c.model, hf.read_config(c.model, c.dtype))
+  elif kind == "gguf":
+    g = gguf_io.GGUFFile(c.model)
+    g.open(g.config(c.dtype))
+  if c.tokenizer and c.tokenizer not in gguf_io.EMBEDDED and not os.path.exists(c.tokenizer):
+    raise loading.CheckpointError(f"tokenizer {c.tokenizer!r}: no such file or directory")
+
+
+def _fail(e: BaseException) -> None:
+  sys.exit(f"error: {e.args[0] if isinstance(e, KeyError) else e}")
+
+
+def _main(argv: Sequence[str]) -> None:
+  try:
+    c, args = parse(argv)
+    if args.print_config:
+      print(c)
+      return
+    hostmem.retain_freed_memory()
+    created = check_workdir(args.workdir)
+    check_model(c)
+  except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
+    _fail(e)
+  # The first line, before the loop's imports and the model load, which take a while; progress
+  # goes to stderr, as the loop's own lines do.
+  print(f"spade_jax.train: model {c.model}, workdir {args.workdir}", file=sys.stderr, flush=True)
+  from spade_jax import sharding
+  from spade_jax.convert import CheckpointError
+
+  sharding.initialize_distributed()
+  try:
+    from spade_jax.selfplay import loop, outputs
+
+    loop.run(c, args.workdir)
+  except BaseException as e:
+    remove_if_empty(args.workdir, created)
+    if isinstance(e, (CheckpointError, OSError)) and not isinstance(e, BrokenPipeError):
+      _fail(e)
+    raise
   print(outputs.report(args.workdir, str(c)))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  cli.quiet_broken_pipe(_main, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":
