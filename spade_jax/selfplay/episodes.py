@@ -187,7 +187,6 @@ def _play(pool, sampler, params, tokenizer, groups, plays, settings, limits, see
 
   def finish(e: Episode, how: str, ret: float, status: str = "OK"):
     e.end, e.ret, e.status = how, ret, status
-    ph.update(1)
 
   pending = {}  # cohort index -> actions submitted
   for ci, c in enumerate(cohorts):
@@ -206,6 +205,7 @@ def _play(pool, sampler, params, tokenizer, groups, plays, settings, limits, see
       timing.env_wait_s += time.perf_counter() - t
       new_tokens: list[list[int] | None] = [None] * len(c.rows)
       ended = []
+      n_live = len(c.live)
       for sid, r in replies.items():
         row = row_of[sid]
         e = episodes[idx_of(c, row)]
@@ -229,6 +229,7 @@ def _play(pool, sampler, params, tokenizer, groups, plays, settings, limits, see
             continue
         c.live.discard(row)
       pool.end_many(ended)  # episodes the environment did not end itself
+      ph.update(n_live - len(c.live))  # one count per batch of replies, not per episode
       if c.live:
         pending[ci] = sample(c, new_tokens)
         pool.submit_steps(pending[ci])
