@@ -1,4 +1,4 @@
-"""SPADE self-play: one policy as environment designer and reasoning agent (SPADE.md).
+"""SPADE self-play: one policy as environment designer and reasoning agent (docs/method.md).
 
 Presets (`--config=configs/spade.py:PRESET`):
 
@@ -9,7 +9,7 @@ Presets (`--config=configs/spade.py:PRESET`):
                   --config.model=/data/Qwen3-4B --workdir=gs://bucket/run
   qwen3_8b  the same for Qwen3-8B (KL beta 0.005).
 
-Every number of SPADE.md is a field here with the paper's default; rerunning the same command on
+Every number of docs/method.md is a field here with the paper's default; rerunning the same command on
 the same workdir resumes the run.
 """
 

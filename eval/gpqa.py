@@ -1,7 +1,7 @@
 """GPQA-Diamond (198 four-way multiple-choice questions) from a user-supplied file.
 
 GPQA is gated (its authors ask that it not be redistributed in plain text), so no package ships
-it. Supply the official `gpqa_diamond.csv` — or a JSONL with the same fields — in --data-dir:
+it. Supply the official `gpqa_diamond.csv` — or a JSONL with the same fields — in --data_dir:
 "Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3"
 (and optionally "Record ID"). Choices are shuffled once per question with a seed derived from the
 question text, so every checkpoint sees the same letter order. The answer is the last boxed

@@ -1,7 +1,7 @@
 """LiveCodeBench v6 (code generation) from a user-supplied JSONL, executed in our sandbox.
 
 No package ships LiveCodeBench. Supply the release's problems (`code_generation_lite`, e.g. the
-problems of release_v6, `test6.jsonl`) as `livecodebench_v6.jsonl` in --data-dir, one problem per
+problems of release_v6, `test6.jsonl`) as `livecodebench_v6.jsonl` in --data_dir, one problem per
 line in LiveCodeBench's schema: question_id, question_content, starter_code, public_test_cases
 and private_test_cases (each a JSON list of {"input", "output", "testtype"}: "stdin" or
 "functional"; private tests may be LiveCodeBench's base64 + zlib + pickle encoding, which is

@@ -4,7 +4,7 @@
 part I, each {"question", "answer", "data_source", "data_source_id"}. The full AIME-25 (I+II),
 AIME-26 and MATH-500 are not in any package: supply them as JSONL, one {"question", "answer"}
 object per line (an "id" is optional; "problem"/"solution" style keys are not guessed), in
---data-dir as aime25.jsonl, aime26.jsonl and math500.jsonl.
+--data_dir as aime25.jsonl, aime26.jsonl and math500.jsonl.
 
 Grading follows the usual protocol: the answer is the content of the LAST \\boxed{} of the
 completion (nested braces allowed), compared with `math_verify.verify(gold, answer)` — gold

@@ -4,7 +4,7 @@ paper: AIME 64 samples at T 1.0; GPQA-Diamond 8 samples; LiveCodeBench v6 1 samp
 Reasoning-Gym 8 episodes per task (see rgym.py); BFCL multi-turn greedy with BFCL's own 20-step
 limit. HumanEval and MATH-500 are not in the paper's table; they use the common protocols
 (greedy pass@1; 4 samples at T 0.6). The paper's token budget for thinking models is large
-(32768 new tokens); lower `max_new_tokens` with `--max-new-tokens` for a non-thinking model.
+(32768 new tokens); lower `max_new_tokens` with `--max_new_tokens` for a non-thinking model.
 
 smoke: two problems (or episodes) per benchmark, one short sample each, prompts up to 2048 tokens
 — a few minutes on two CPU cores with SmolLM2-135M, meant to prove the pipeline end to end, not

@@ -74,5 +74,5 @@ def user_file(data_dir: str | None, names: tuple[str, ...], what: str) -> str:
       path = os.path.join(data_dir, n)
       if os.path.isfile(path):
         return path
-  where = data_dir or "--data-dir (not given)"
+  where = data_dir or "--data_dir (not given)"
   raise Unavailable(f"{what}: no {' or '.join(names)} in {where}")

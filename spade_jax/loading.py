@@ -35,7 +35,8 @@ class Loaded:
   tokenizer_ref: str | None = None  # the SPEC the tokenizer comes from (stored in checkpoints)
 
 
-def _kind(spec: str) -> str:
+def spec_kind(spec: str) -> str:
+  """What SPEC names: embedded, random, gguf, checkpoint or hf; CheckpointError if nothing."""
   if spec in gguf_io.EMBEDDED:
     return "embedded"
   if spec.startswith("random:"):
@@ -59,7 +60,7 @@ def load_model(spec: str, mesh: jax.sharding.Mesh | None = None,
                dtype: str = "float32", seed: int = 0, tokenizer: bool = True) -> Loaded:
   """Loads SPEC directly into the mesh's parameter shardings (one device mesh by default)."""
   mesh = mesh or sharding.make_mesh({"data": -1}, jax.devices()[:1])
-  kind = _kind(spec)
+  kind = spec_kind(spec)
   tok = None
   if kind == "random":
     name = spec.split(":", 1)[1]

@@ -1,6 +1,6 @@
 """Tokenizers and chat transcripts with a loss mask on exactly the assistant-generated tokens.
 
-SPADE trains one sequence per episode (SPADE.md §4): the chat prompt, then alternating assistant
+SPADE trains one sequence per episode (docs/method.md §4): the chat prompt, then alternating assistant
 turns (the sampler's tokens, verbatim) and environment observations (user turns). `Transcript`
 builds that sequence incrementally: assistant tokens are appended as sampled, never re-tokenized,
 and each user turn appends only the template text that follows the assistant's end-of-turn token.
@@ -10,6 +10,7 @@ The loss mask is 1 on assistant tokens and 0 on everything the template or the e
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Sequence
 
 from spade_jax import gguf_tokenizer
@@ -26,6 +27,9 @@ def load_tokenizer(path: str):
   second for SmolLM2's 49k tokens, so nothing is cached): transformers' GGUF conversion gives the
   same tokenizer but imports torch, which the runtime does not install.
   """
+  # Imported without torch, transformers advises that "PyTorch was not found"; only its
+  # tokenizers are used here, so the advisory is noise (a user's own setting wins).
+  os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
   if path.endswith(".gguf"):
     return gguf_tokenizer.build_tokenizer(path)
   from transformers import AutoTokenizer

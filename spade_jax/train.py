@@ -154,7 +154,7 @@ def check_model(c: ml_collections.ConfigDict) -> None:
   config, every file header, tensor name and shape), run here before the workdir exists."""
   from spade_jax import gguf_io, hf, loading
 
-  kind = loading._kind(c.model)  # CheckpointError for a SPEC that names nothing
+  kind = loading.spec_kind(c.model)  # CheckpointError for a SPEC that names nothing
   if kind == "hf":
     hf.open_checkpoint(c.model, hf.read_config(c.model, c.dtype))
   elif kind == "gguf":

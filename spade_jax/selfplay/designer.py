@@ -1,5 +1,5 @@
 """Regeneration: the designer writes environments, the sandbox admits them, the hint writer
-hints them (SPADE.md §1–3, §5).
+hints them (docs/method.md §1–3, §5).
 
 Slots are spread round-robin over the window's skills. Each attempt samples one program per
 still-empty slot (a fresh corpus document each time), validates them all in the sandbox in one

@@ -9,7 +9,7 @@ To keep the device busy while environments run, groups are split into two cohort
 turns: while one cohort's actions execute in the sandbox's processes, the device samples the
 other cohort. Time the host spends waiting for sandbox replies is reported as `env_wait_s`.
 
-The return is outcome-only (SPADE.md §4): clip(last reward, -1, 1) if the episode terminated,
+The return is outcome-only (docs/method.md §4): clip(last reward, -1, 1) if the episode terminated,
 else 0; a crash or invalid reply ends the episode with -1.
 """
 

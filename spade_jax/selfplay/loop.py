@@ -1,4 +1,4 @@
-"""The SPADE self-play loop (SPADE.md §5), in one function: `run(config, workdir)`.
+"""The SPADE self-play loop (docs/method.md §5), in one function: `run(config, workdir)`.
 
 One rollout step t, as data:
 

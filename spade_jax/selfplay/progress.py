@@ -112,8 +112,10 @@ class Progress:
     with self._lock:
       self._open.append(ph)
     beat.start()
+    failed = True
     try:
       yield ph
+      failed = False
     finally:
       stop.set()
       beat.join()
@@ -122,7 +124,9 @@ class Progress:
       if ph.bar is not None:
         ph.bar.close()
       took = ph.elapsed()
-      if total is not None or ph.note or took >= 1.0:
+      if failed:
+        self.line(f"  {name}: failed after {took:.0f} s")
+      elif total is not None or ph.note or took >= 1.0:
         tail = ", ".join(x for x in (ph.counts(), f"{took:.0f} s", ph.note) if x)
         self.line(f"  {name}: done ({tail})")
 
