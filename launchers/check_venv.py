@@ -51,7 +51,8 @@ def problems(paths: list[str], checkout: str) -> list[str]:
     except md.PackageNotFoundError:
       found.append(f"{name}=={version} is not installed")
       continue
-    if dist.version != version:
+    installed = dist.version if "+" in version else dist.version.split("+")[0]
+    if installed != version:  # `==2.13.0` admits the local build 2.13.0+cpu, as pip does
       found.append(f"{name} is {dist.version}, requirements pin {version}")
       continue
     missing = _missing_files(dist)
