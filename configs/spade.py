@@ -15,11 +15,11 @@ the same workdir resumes the run.
 
 import ml_collections
 
-from spade_jax.sandbox import pool as sandbox_pool
 from spade_jax import config as config_lib
+from spade_jax.sandbox import pool as sandbox_pool
+from spade_jax.selfplay import prompts
 
-SKILLS = ("Mathematical_Reasoning", "Logical_Deduction", "Spatial_Reasoning",
-          "Pattern_Recognition", "Optimization", "Causal_Inference")
+SKILLS = tuple(prompts.SKILL_DESCRIPTIONS)  # the games setting's six skills, declared there
 
 # Preset -> what it runs; `python -m spade_jax.train --help` lists these.
 PRESETS = {
@@ -55,7 +55,11 @@ def get_config(arg=None):
   c.global_batch = 192  # trained sequences per optimizer step (designer samples first)
   c.skills = SKILLS
   c.skills_per_window = 3  # window start = (regen_index * 3) mod len(skills)
-  c.starter_fill = True  # play starter environments when too few generated ones are admitted
+  # Play hand-written starter environments when too few generated ones are admitted (counted
+  # as starter_envs / starter_trained). Off in the paper's recipe: a short pool then simply
+  # gives a smaller batch (the loss averages over the samples there are), rather than training
+  # on environments the designer did not write.
+  c.starter_fill = False
 
   # §1-2, §4 environments and episodes
   c.env = ml_collections.ConfigDict(dict(
@@ -68,10 +72,12 @@ def get_config(arg=None):
       # Protections that must be in force, or the run refuses to start (sandbox/README.md).
       require=tuple(sandbox_pool.DEFAULT_REQUIRE),
   ))
-  c.agent = _sampling(0.6, 0.95, 20, 1024)  # max_new_tokens per turn
-  c.agent_context = 8192  # tokens of one whole episode
-  c.designer = _sampling(1.0, 1.0, 0, 8192)
-  c.hint = _sampling(0.3, 1.0, 0, 256)
+  c.agent = _sampling(0.6, 0.95, 20, 8192)  # max_new_tokens per turn
+  c.agent_context = 32768  # tokens of one whole episode
+  c.designer = _sampling(0.6, 0.95, 20, 16384)
+  c.designer.train = True  # False: the designer still writes and is measured, never trained
+  c.designer.programs = ""  # DIR: replay its .py files as the designer's output (no sampling)
+  c.hint = _sampling(0.3, 1.0, 0, 4096)
 
   # §6 rewards
   c.reward = ml_collections.ConfigDict(dict(
@@ -79,7 +85,9 @@ def get_config(arg=None):
       regret_weight=0.4, anchor_weight=0.6, regret_scale=0.15,
       band_low=0.4, band_high=0.6, ramp=0.25,
       scale_cap=50.0,  # designer advantage scale = min(n_agent / n_designer * k, cap)
-      lp_fast=0.85, lp_slow=0.98,  # EMA decays of the learning_potential variant
+      # learning_potential: per-skill win-rate averages mu <- (1 - g) mu + g r (g weighs the
+      # new window's rate); each environment's signal is |its win rate - mu_slow(skill)|.
+      lp_fast=0.98, lp_slow=0.85,
       agent_eps=1e-8,
   ))
 
@@ -94,8 +102,16 @@ def get_config(arg=None):
   c.memory = ml_collections.ConfigDict(dict(capacity=200, code_chars=2000, n_positive=2,
                                             top_regret=10, band_low=0.15, band_high=0.85,
                                             negative_above=0.9, negative_below=0.1,
+                                            enabled=True,
+                                            # What a designer prompt shows while memory holds
+                                            # no positive of its skill: "starter" (the skill's
+                                            # shortest hand-written environment, for the
+                                            # format) or "none". Nothing when memory is off.
+                                            cold_start_example="starter"))
+  # Designer grounding: a JSONL file with a `text` field (path), or the built-in corpus of
+  # standard-library docstrings (builtin=true, for smoke runs); the paper presets need one.
+  c.corpus = ml_collections.ConfigDict(dict(path="", builtin=False, max_words=6000,
                                             enabled=True))
-  c.corpus = ml_collections.ConfigDict(dict(path="", max_words=6000, enabled=True))
 
   c.checkpoint_every = 1  # rollout steps between checkpoints
   c.keep_checkpoints = 3
@@ -107,6 +123,8 @@ def get_config(arg=None):
     c.plays_per_env = 4
     c.hinted_plays = 4
     c.attempts_per_slot = 1
+    c.starter_fill = True  # SmolLM2-135M writes no valid program: keep the agent busy
+    c.corpus.builtin = True
     c.global_batch = 16
     c.env.max_turns = 3
     c.agent.max_new_tokens = 48
@@ -124,6 +142,7 @@ def get_config(arg=None):
     c.dtype = "bfloat16"
     c.mesh.data, c.mesh.fsdp = 1, -1
     c.rl.kl_beta = 0.005
+    c.designer.max_new_tokens = 20000
   else:
     raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
   return c

@@ -8,33 +8,7 @@ from __future__ import annotations
 
 import re
 
-_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-
-
-def boxed_all(text: str) -> list[str]:
-  """Contents of every \\boxed{...} (and \\fbox{...}) in order, braces matched (nesting ok).
-
-  An unclosed box (a completion cut by the token limit) is not an answer.
-  """
-  out = []
-  for m in _BOXED.finditer(text):
-    depth, i = 1, m.end()
-    while i < len(text) and depth:
-      c = text[i]
-      if c == "\\" and i + 1 < len(text):  # \{ and \} are literal braces
-        i += 2
-        continue
-      depth += {"{": 1, "}": -1}.get(c, 0)
-      i += 1
-    if depth == 0:
-      out.append(text[m.end():i - 1].strip())
-  return out
-
-
-def last_boxed(text: str) -> str | None:
-  boxes = boxed_all(text)
-  return boxes[-1] if boxes else None
-
+from spade_jax.actions import boxed_all, last_boxed  # noqa: F401 -- one rule, shared with self-play
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 

@@ -11,7 +11,8 @@ Shape letters: B samples, T tokens, N designer samples, S skills.
 
 from __future__ import annotations
 
-from typing import Mapping
+import dataclasses
+from typing import Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -118,30 +119,74 @@ def solve_rate_reward(win_rate_N, low: float = 0.4, high: float = 0.6, width: fl
   return anchor(_finite_1d("win_rate_N", np.atleast_1d(win_rate_N)), low, high, width)
 
 
-def regret_reward(hinted_mean_N, unhinted_all_mean_N):
-  """Ablation `regret`: max(0, mean hinted - mean of ALL unhinted plays of the window)."""
+def regret_reward(hinted_mean_N, unhinted_all_mean_N, hint_ok_N):
+  """Ablation `regret`: max(0, mean hinted - mean of ALL unhinted plays of the window); 0 where
+  the hint failed (no hinted return to compare)."""
   h = _finite_1d("hinted_mean_N", np.atleast_1d(hinted_mean_N))
   u = _finite_1d("unhinted_all_mean_N", np.atleast_1d(unhinted_all_mean_N))
   _same_length(h, u, "hinted_mean_N and unhinted_all_mean_N")
-  return np.maximum(0.0, h - u)
+  ok = np.broadcast_to(np.asarray(hint_ok_N, bool), h.shape)
+  return np.where(ok, np.maximum(0.0, h - u), 0.0)
 
 
-def ema(prev, x, decay: float):
-  """decay * prev + (1 - decay) * x: `decay` is the weight kept on the past."""
-  return decay * np.asarray(prev, np.float64) + (1.0 - decay) * np.asarray(x, np.float64)
+def ema(prev, x, g: float):
+  """(1 - g) * prev + g * x: `g` is the weight of the NEW value (docs/method.md §6)."""
+  return (1.0 - g) * np.asarray(prev, np.float64) + g * np.asarray(x, np.float64)
 
 
-def learning_potential(fast_S, slow_S, win_rate_S, fast_decay: float = 0.85,
-                       slow_decay: float = 0.98):
-  """Ablation `learning_potential`: updates per-skill EMAs of the win rate, returns
-  (fast', slow', |fast' - slow'|). The caller keeps the two EMAs in its host state and decides
-  their initial value (e.g. the first observed win rate, which makes the first potential 0)."""
-  w = _finite_1d("win_rate_S", np.atleast_1d(win_rate_S))
-  fast, slow = ema(fast_S, w, fast_decay), ema(slow_S, w, slow_decay)
-  return fast, slow, np.abs(fast - slow)
+def learning_potential_reward(win_rate_N, slow_N):
+  """Ablation `learning_potential`: |an environment's window win rate - its skill's slow moving
+  average of win rate|, per environment (then centred per skill like every designer reward)."""
+  w = _finite_1d("win_rate_N", np.atleast_1d(win_rate_N))
+  s = _finite_1d("slow_N", np.atleast_1d(slow_N))
+  _same_length(w, s, "win_rate_N and slow_N")
+  return np.abs(w - s)
 
 
-DESIGNER_REWARDS = ("blend", "solve_rate", "regret", "learning_potential")
+class EnvSignals(NamedTuple):
+  """What a closing window measured, one entry per environment that was played (N)."""
+  regret_N: np.ndarray  # mean hinted - mean unhinted at offset 0 (unfloored; 0: hint failed)
+  win_rate_N: np.ndarray  # mean of all unhinted returns of the window
+  hinted_mean_N: np.ndarray  # mean hinted return (unused where hint_ok_N is False)
+  unhinted_mean_N: np.ndarray  # = win_rate_N's returns, kept apart for the `regret` variant
+  hint_ok_N: np.ndarray  # bool: a hint was written and some hinted plays ran
+  slow_N: np.ndarray  # the environment's skill's slow win-rate average before this window
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+  """The designer reward's knobs (configs/spade.py `reward`)."""
+  variant: str = "blend"
+  regret_weight: float = 0.4
+  anchor_weight: float = 0.6
+  regret_scale: float = 0.15
+  band_low: float = 0.4
+  band_high: float = 0.6
+  ramp: float = 0.25
+  lp_fast: float = 0.98  # weight of the new window's win rate in the fast average
+  lp_slow: float = 0.85  # ... and in the slow one
+  scale_cap: float = 50.0
+
+  def band(self) -> dict[str, float]:
+    return dict(low=self.band_low, high=self.band_high, width=self.ramp)
+
+
+# Every designer reward variant: EnvSignals, RewardConfig -> reward_N (before centring).
+DESIGNER_REWARDS = {
+    "blend": lambda s, c: blend(s.regret_N, s.win_rate_N, c.regret_weight, c.anchor_weight,
+                                c.regret_scale, **c.band()),
+    "solve_rate": lambda s, c: solve_rate_reward(s.win_rate_N, **c.band()),
+    "regret": lambda s, c: regret_reward(s.hinted_mean_N, s.unhinted_mean_N, s.hint_ok_N),
+    "learning_potential": lambda s, c: learning_potential_reward(s.win_rate_N, s.slow_N),
+}
+
+
+def designer_reward(signals: EnvSignals, cfg: RewardConfig) -> np.ndarray:
+  """The configured variant's reward per environment."""
+  if cfg.variant not in DESIGNER_REWARDS:
+    raise ValueError(f"unknown designer reward variant {cfg.variant!r}; "
+                     f"known: {sorted(DESIGNER_REWARDS)}")
+  return np.asarray(DESIGNER_REWARDS[cfg.variant](signals, cfg), np.float64)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -74,17 +74,25 @@ def _user_turn_text(tokenizer, user: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Transcript:
-  """A training sequence under construction: tokens and the 0/1 loss mask, same length."""
+  """A training sequence under construction: tokens, the 0/1 loss mask and the behaviour
+  log-prob of each trained token (0 elsewhere), all the same length."""
 
   tokens: tuple[int, ...] = ()
   mask: tuple[int, ...] = ()
+  logp: tuple[float, ...] = ()
 
   def __len__(self) -> int:
     return len(self.tokens)
 
-  def add(self, tokens: Sequence[int], trained: bool) -> "Transcript":
+  def add(self, tokens: Sequence[int], trained: bool,
+          logp: Sequence[float] | None = None) -> "Transcript":
     tokens = tuple(int(t) for t in tokens)
-    return Transcript(self.tokens + tokens, self.mask + (int(trained),) * len(tokens))
+    if logp is None:
+      logp = (0.0,) * len(tokens)
+    elif not trained or len(logp) != len(tokens):
+      raise ValueError("log-probs go with trained tokens, one per token")
+    return Transcript(self.tokens + tokens, self.mask + (int(trained),) * len(tokens),
+                      self.logp + tuple(float(x) for x in logp))
 
 
 def start(tokenizer, messages: Sequence[Message]) -> Transcript:
@@ -92,9 +100,29 @@ def start(tokenizer, messages: Sequence[Message]) -> Transcript:
   return Transcript().add(encode(tokenizer, render(tokenizer, messages)), trained=False)
 
 
-def add_assistant(t: Transcript, tokens: Sequence[int]) -> Transcript:
-  """Sampled assistant tokens, verbatim (including a final stop token if one was sampled)."""
-  return t.add(tokens, trained=True)
+def add_assistant(t: Transcript, tokens: Sequence[int],
+                  logp: Sequence[float] | None = None) -> Transcript:
+  """Sampled assistant tokens, verbatim (including a final stop token if one was sampled), with
+  the sampler's log-prob of each."""
+  return t.add(tokens, trained=True, logp=logp)
+
+
+def reply_tokens(tokenizer, messages: Sequence[Message], reply: str) -> list[int]:
+  """The tokens of `reply` as the model writes it after the generation prompt of `messages`:
+  the template's rendering of the assistant turn, through its end-of-turn stop token (the
+  sampler stops there too). Used to replay a given reply as if it had been sampled."""
+  prompt = render(tokenizer, messages)
+  full = render(tokenizer, list(messages) + [{"role": "assistant", "content": reply}],
+                add_generation_prompt=False)
+  if not full.startswith(prompt):
+    raise ValueError("the chat template does not continue its generation prompt with the "
+                     "assistant turn; cannot replay a reply")
+  ids = encode(tokenizer, full[len(prompt):])
+  stops = set(stop_token_ids(tokenizer))
+  ends = [i for i, t in enumerate(ids) if t in stops]
+  if ends:
+    return ids[:ends[0] + 1]
+  return ids + ([int(tokenizer.eos_token_id)] if tokenizer.eos_token_id is not None else [])
 
 
 def user_turn_tokens(tokenizer, user: str, assistant_tokens: Sequence[int]) -> list[int]:

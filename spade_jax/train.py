@@ -23,7 +23,6 @@ from spade_jax import hostmem
 
 PROG = "python -m spade_jax.train"
 DEFAULT_CONFIG = config_lib.shipped("spade.py")
-REWARD_VARIANTS = ("blend", "solve_rate", "regret", "learning_potential")
 
 
 def validate(c: ml_collections.ConfigDict) -> None:
@@ -48,8 +47,9 @@ def validate(c: ml_collections.ConfigDict) -> None:
     s = c[role]
     if s.temperature < 0 or s.top_k < 0 or not 0 < s.top_p <= 1 or s.max_new_tokens <= 0:
       p.append(f"{role}: need temperature >= 0, top_k >= 0, 0 < top_p <= 1, max_new_tokens > 0")
-  if c.reward.variant not in REWARD_VARIANTS:
-    p.append(f"reward.variant {c.reward.variant!r} is not one of {REWARD_VARIANTS}")
+  from spade_jax import rl
+  if c.reward.variant not in rl.DESIGNER_REWARDS:
+    p.append(f"reward.variant {c.reward.variant!r} is not one of {sorted(rl.DESIGNER_REWARDS)}")
   if not 0 <= c.reward.band_low <= c.reward.band_high <= 1 or c.reward.ramp <= 0:
     p.append("reward band must satisfy 0 <= band_low <= band_high <= 1 and ramp > 0")
   if c.rl.eps_low < 0 or c.rl.eps_high < 0 or c.rl.tis_cap <= 0 or c.rl.kl_beta < 0:
@@ -68,6 +68,21 @@ def validate(c: ml_collections.ConfigDict) -> None:
              f"{sandbox_pool.PROTECTIONS}")
   if c.corpus.path and not os.path.exists(c.corpus.path):
     p.append(f"corpus.path {c.corpus.path!r} does not exist")
+  if c.corpus.enabled and not c.corpus.path and not c.corpus.builtin:
+    p.append("corpus: give the designer's documents with --config.corpus.path=DOCS.jsonl (a "
+             "`text` field per line), or --config.corpus.builtin=true for the built-in "
+             "standard-library docstrings, or --config.corpus.enabled=false (skill-only prompts)")
+  if c.corpus.path and c.corpus.builtin:
+    p.append("corpus: path and builtin=true both given; choose one")
+  from spade_jax.selfplay import designer
+  if c.memory.cold_start_example not in designer.COLD_START:
+    p.append(f"memory.cold_start_example {c.memory.cold_start_example!r} is not one of "
+             f"{designer.COLD_START}")
+  if c.designer.programs:
+    try:
+      designer.load_programs(c.designer.programs)
+    except (OSError, ValueError) as e:
+      p.append(str(e))
   if p:
     raise ValueError("invalid config:\n  - " + "\n  - ".join(p))
   config_lib.validate_mesh(c)

@@ -78,7 +78,8 @@ def test_every_preset_builds_and_an_unknown_one_lists_them():
 
 def test_print_config_resolves_validates_and_loads_nothing(tmp_path):
   r = _run("-m", "spade_jax.train", "--print-config", "--config.total-steps=7",
-           "--config=configs/spade.py:qwen3_8b", "--config.model=/data/Qwen3-8B", cwd=tmp_path)
+           "--config=configs/spade.py:qwen3_8b", "--config.model=/data/Qwen3-8B",
+           "--config.corpus.builtin=true", cwd=tmp_path)
   assert r.returncode == 0, r.stderr
   assert "total_steps: 7" in r.stdout and "kl_beta: 0.005" in r.stdout
   assert "model: /data/Qwen3-8B" in r.stdout and os.listdir(tmp_path) == []

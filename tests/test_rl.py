@@ -76,15 +76,30 @@ def test_regret_and_variants():
   with pytest.raises(ValueError):
     rl.regret([], [0.0])
   np.testing.assert_allclose(rl.solve_rate_reward([0.2, 0.5, 0.95]), [0.2, 1.0, 0.0], atol=1e-12)
-  np.testing.assert_allclose(rl.regret_reward([0.8, 0.2], [0.5, 0.4]), [0.3, 0.0], atol=1e-12)
+  np.testing.assert_allclose(rl.regret_reward([0.8, 0.2, 0.9], [0.5, 0.4, 0.1],
+                                              [True, True, False]), [0.3, 0.0, 0.0], atol=1e-12)
 
 
-def test_learning_potential_emas():
-  fast, slow, lp = rl.learning_potential([0.5, 0.2], [0.5, 0.2], [1.0, 0.2])
-  # fast = .85 * .5 + .15 * 1 = .575; slow = .98 * .5 + .02 * 1 = .51
-  np.testing.assert_allclose(fast, [0.575, 0.2])
-  np.testing.assert_allclose(slow, [0.51, 0.2])
-  np.testing.assert_allclose(lp, [0.065, 0.0], atol=1e-12)
+def test_learning_potential_and_its_moving_averages():
+  # g weighs the new value: 0.98 * 1.0 + 0.02 * 0.5 = 0.99; 0.85 * 1.0 + 0.15 * 0.5 = 0.925.
+  np.testing.assert_allclose(rl.ema([0.5, 0.2], [1.0, 0.2], 0.98), [0.99, 0.2])
+  np.testing.assert_allclose(rl.ema([0.5], [1.0], 0.85), [0.925])
+  np.testing.assert_allclose(rl.learning_potential_reward([0.9, 0.1, 0.5], [0.5, 0.5, 0.5]),
+                             [0.4, 0.4, 0.0], atol=1e-12)
+
+
+def test_every_variant_is_dispatched_through_the_one_table():
+  s = rl.EnvSignals(np.array([0.3]), np.array([0.5]), np.array([0.8]), np.array([0.5]),
+                    np.array([True]), np.array([0.1]))
+  cfg = rl.RewardConfig()
+  want = {"blend": 1.0, "solve_rate": 1.0, "regret": 0.3, "learning_potential": 0.4}
+  assert sorted(rl.DESIGNER_REWARDS) == sorted(want)
+  for variant, value in want.items():
+    got = rl.designer_reward(s, rl.RewardConfig(variant=variant))
+    np.testing.assert_allclose(got, [value], atol=1e-12, err_msg=variant)
+  with pytest.raises(ValueError, match="unknown designer reward variant"):
+    rl.designer_reward(s, rl.RewardConfig(variant="vibes"))
+  assert cfg.band() == {"low": 0.4, "high": 0.6, "width": 0.25}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,6 +142,29 @@ def test_asymmetric_clipping_by_hand():
   m = rl.finalize_stats(stats)
   np.testing.assert_allclose(m["clip_frac_high"], 1 / 3)
   np.testing.assert_allclose(m["clip_frac_low"], 1 / 3)
+
+
+@pytest.mark.parametrize("ratio, adv, want_pg, clipped", [
+    (1.25, 1.0, -1.25, None),  # inside 1 + eps_high = 1.28: unclipped (at eps 0.2 it would be)
+    (0.75, -1.0, 0.8, "low"),  # below 1 - eps_low = 0.8: clipped (at eps 0.28 it would not be)
+    (1.25, -1.0, 1.25, None),  # A < 0 is never clipped above
+    (0.75, 1.0, -0.75, None),  # A > 0 is never clipped below
+])
+def test_each_side_clips_with_its_own_epsilon(ratio, adv, want_pg, clipped):
+  """Cases where only the right epsilon gives the right answer: a swap of eps_low and eps_high
+  changes each of the first two."""
+  old = jnp.zeros((1, 1))
+  lp = jnp.log(jnp.array([[ratio]]))
+
+  def loss_fn(x):
+    return rl.policy_loss(x, old, old, jnp.array([adv]), jnp.ones((1, 1)), n_samples=1,
+                          eps_low=0.2, eps_high=0.28)
+
+  (loss, stats), grad = jax.value_and_grad(loss_fn, has_aux=True)(lp)
+  np.testing.assert_allclose(loss, want_pg, rtol=1e-6)
+  np.testing.assert_allclose(grad, [[0.0 if clipped else -adv * ratio]], rtol=1e-6, atol=1e-7)
+  m = rl.finalize_stats(stats)
+  assert float(m["clip_frac_low"]) == (clipped == "low") and float(m["clip_frac_high"]) == 0.0
 
 
 def test_on_policy_ratio_and_is_weight_exactly_one():

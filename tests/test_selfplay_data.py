@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from spade_jax import actions
 from spade_jax import config as config_lib
 from spade_jax.selfplay import corpus, memory, prompts
 
@@ -118,9 +119,12 @@ def test_designer_prompt_variants():
     ("move \\boxed{ north }", "\\boxed{north}"),
     ("no box here", "no box here"),
     ("\\boxed{unclosed", "\\boxed{unclosed"),
+    # An unclosed last box (cut by the token limit) is no answer: the earlier complete one is,
+    # exactly as eval grades boxed answers.
+    ("\\boxed{12} and then \\boxed{unfinished", "\\boxed{12}"),
 ])
-def test_agent_action_is_last_box_rewrapped(text, action):
-  assert prompts.agent_action(text) == action
+def test_agent_action_is_the_last_complete_box_rewrapped(text, action):
+  assert actions.boxed_action(text) == action
 
 
 def test_hint_cleaning_and_agent_prompt():

@@ -1,26 +1,46 @@
 """Packing trained samples (designer first, then agent) into the learner's fixed-shape batch.
 
 The batch always has `global_batch` rows, so the train step compiles once per length bucket:
-extra samples are trimmed (agent samples go first), missing rows are empty (mask 0), which the
-loss ignores. Lengths are rounded up to a few buckets (`length_bucket`), so the varying lengths
-of episodes from step to step do not recompile the train step every time.
+missing rows are empty (mask 0), which the loss ignores (it averages over non-empty rows).
+Lengths are rounded up to a few buckets (`length_bucket`), so the varying lengths of episodes
+from step to step do not recompile the train step every time.
+
+When there are more samples than rows, whole agent groups are left out, chosen at random (seeded
+by run and step): an agent advantage is a z-score within its group, so a group cut in part would
+keep advantages computed over plays that are not trained, and cutting the same last groups every
+time would never train the environments listed last. Designer samples go first; only if they
+alone overflow the batch is a seeded random subset of them kept.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from spade_jax.selfplay import records
 
-def assemble(designer: Sequence[dict[str, Any]], agent: Sequence[dict[str, Any]],
-             global_batch: int) -> tuple[list[dict[str, Any]], int]:
-  """Designer samples first, then agent samples, trimmed to the global batch.
-  Returns (samples, number of designer samples kept)."""
-  samples = list(designer)[:global_batch]
-  n_designer = len(samples)
-  samples += list(agent)[:global_batch - n_designer]
-  return samples, n_designer
+
+def assemble(designer: Sequence[records.Sample], agent: Sequence[records.Sample],
+             global_batch: int, seed: int) -> tuple[list[records.Sample], int]:
+  """(samples: designer first, then the agent groups that fit; agent samples left out)."""
+  rng = np.random.default_rng(seed)
+  designer = list(designer)
+  if len(designer) > global_batch:
+    keep = np.sort(rng.choice(len(designer), size=global_batch, replace=False))
+    designer = [designer[i] for i in keep]
+  room = global_batch - len(designer)
+  groups: dict[int, list[records.Sample]] = {}
+  for s in agent:
+    groups.setdefault(s.group, []).append(s)
+  kept = []
+  for g in (list(groups) if len(agent) <= room else rng.permutation(list(groups)).tolist()):
+    if len(groups[g]) <= room:
+      kept.append(g)
+      room -= len(groups[g])
+  kept_set = set(kept)
+  chosen = [s for s in agent if s.group in kept_set]  # in their original order
+  return designer + chosen, len(agent) - len(chosen)
 
 
 def length_bucket(n: int, minimum: int = 64) -> int:
@@ -33,12 +53,12 @@ def length_bucket(n: int, minimum: int = 64) -> int:
     b *= 2
 
 
-def pack(samples: Sequence[dict[str, Any]], rows: int, multiple: int = 64,
+def pack(samples: Sequence[records.Sample], rows: int, multiple: int = 64,
          pad_id: int = 0) -> dict[str, np.ndarray]:
-  """Samples with tokens/mask/logp/temperature/advantage -> right-padded learner arrays."""
+  """Samples -> right-padded learner arrays of `rows` rows."""
   if len(samples) > rows:
     raise ValueError(f"{len(samples)} samples for a batch of {rows} rows")
-  longest = max([len(s["tokens"]) for s in samples] + [1])
+  longest = max([len(s.tokens) for s in samples] + [1])
   T = length_bucket(longest, multiple)
   out = {
       "tokens_BT": np.full((rows, T), pad_id, np.int32),
@@ -48,12 +68,10 @@ def pack(samples: Sequence[dict[str, Any]], rows: int, multiple: int = 64,
       "temperature_B": np.ones((rows,), np.float32),
   }
   for i, s in enumerate(samples):
-    n = len(s["tokens"])
-    if not (len(s["mask"]) == len(s["logp"]) == n):
-      raise ValueError(f"sample {i}: tokens, mask and logp lengths differ")
-    out["tokens_BT"][i, :n] = s["tokens"]
-    out["loss_mask_BT"][i, :n] = s["mask"]
-    out["logp_behaviour_BT"][i, :n] = s["logp"]
-    out["advantages_B"][i] = s["advantage"]
-    out["temperature_B"][i] = s["temperature"]  # greedy (0) is scored at 1: logprobs.py
+    n = len(s.tokens)
+    out["tokens_BT"][i, :n] = s.tokens
+    out["loss_mask_BT"][i, :n] = s.mask
+    out["logp_behaviour_BT"][i, :n] = s.logp
+    out["advantages_B"][i] = s.advantage
+    out["temperature_B"][i] = s.temperature  # greedy (0) is scored at 1: logprobs.py
   return out

@@ -23,6 +23,7 @@ import numpy as np
 
 from spade_jax.sandbox.contract import Status
 from spade_jax.sandbox.pool import Pool, Start
+from spade_jax import actions as actions_lib
 from spade_jax import sampling
 from spade_jax import tokenizer as tok_lib
 from spade_jax.selfplay import progress as progress_lib
@@ -42,9 +43,7 @@ class Group:
 class Episode:
   """One play: the training sequence (tokens, loss mask, behaviour log-probs) and its outcome."""
   group: int
-  tokens: list[int]
-  mask: list[int]
-  logp: list[float]  # behaviour log-prob on assistant tokens, 0 elsewhere
+  transcript: tok_lib.Transcript = tok_lib.Transcript()
   ret: float = 0.0
   turns: int = 0
   end: str = ""  # terminated | truncated | max_turns | context | crash | start_failed
@@ -95,7 +94,7 @@ def play(pool: Pool, sampler: sampling.Sampler, params, tokenizer, groups: Seque
   """Plays every group `plays` times; returns episodes in (group, play) order. `progress`
   (quiet by default) counts episodes as they end, under the phase `name`."""
   progress = progress or progress_lib.quiet()
-  episodes = [Episode(g, [], [], []) for g in range(len(groups)) for _ in range(plays)]
+  episodes = [Episode(g) for g in range(len(groups)) for _ in range(plays)]
   if not groups:
     return episodes, Timing()
   with progress.phase(name, f"{len(groups)} environments x {plays} plays", total=len(episodes),
@@ -159,8 +158,7 @@ def _play(pool, sampler, params, tokenizer, groups, plays, settings, limits, see
         start = tok_lib.start(tokenizer, prompts.agent_first_turn(first[g], groups[g].hint))
         prompts_.append(list(start.tokens))
         for p in range(plays):
-          e = episodes[g * plays + p]
-          e.tokens, e.mask, e.logp = list(start.tokens), list(start.mask), [0.0] * len(start)
+          episodes[g * plays + p].transcript = start
       with progress.compiling("sampler (agent first turn)"):
         cohort.conv, out = sampler.start(params, prompts_, settings,
                                          seeds.derive(seed, step_seed), num_samples=plays)
@@ -176,13 +174,12 @@ def _play(pool, sampler, params, tokenizer, groups, plays, settings, limits, see
     for row in cohort.live:
       e = episodes[idx_of(cohort, row)]
       toks = lists[row]
-      e.tokens += toks
-      e.mask += [1] * len(toks)
-      e.logp += [float(x) for x in lps[row, :len(toks)]]
+      e.transcript = tok_lib.add_assistant(e.transcript, toks, lps[row, :len(toks)])
       e.turns += 1
       timing.tokens += len(toks)
       cohort.last_turn[row] = toks
-      actions[sandbox_ids[idx_of(cohort, row)]] = prompts.agent_action(tokenizer.decode(toks))
+      action = actions_lib.boxed_action(tokenizer.decode(toks))
+      actions[sandbox_ids[idx_of(cohort, row)]] = action
     return actions
 
   def finish(e: Episode, how: str, ret: float, status: str = "OK"):
@@ -218,13 +215,11 @@ def _play(pool, sampler, params, tokenizer, groups, plays, settings, limits, see
           ended.append(sid)
         else:
           nxt = tok_lib.user_turn_tokens(tokenizer, r.observation, c.last_turn[row])
-          if len(e.tokens) + len(nxt) + settings.max_new_tokens > limits.context:
+          if len(e.transcript) + len(nxt) + settings.max_new_tokens > limits.context:
             finish(e, "context", 0.0)
             ended.append(sid)
           else:
-            e.tokens += nxt
-            e.mask += [0] * len(nxt)
-            e.logp += [0.0] * len(nxt)
+            e.transcript = e.transcript.add(nxt, trained=False)
             new_tokens[row] = nxt
             continue
         c.live.discard(row)

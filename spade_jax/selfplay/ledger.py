@@ -1,110 +1,144 @@
-"""Delayed designer rewards (docs/method.md §5–6): what a regeneration window records and pays out.
+"""Delayed designer rewards (docs/method.md §5–6): what a regeneration window records and pays.
 
-A window starts at a regeneration step t and lasts k steps. It records, per new environment,
-the hinted returns (measured at t only) and the unhinted returns of every step, keyed by the
-offset within the window; it also holds the designer samples written at t (tokens and their
-behaviour log-probs). When the window closes (at t + k, or when the run ends), each designer
-sample is paid:
+A window opens at a regeneration step t and lasts k steps. It holds, per new environment, the
+hinted returns (measured at t only) and the unhinted returns of every step keyed by the offset
+within the window, and the designer samples written at t. When it closes (at t + k; the run's
+last window at its last step, if complete), each environment's designer sample is paid:
 
   regret   = mean(hinted) - mean(unhinted at offset 0)     (0 if the hint failed)
   win_rate = mean(all unhinted returns of the window)
-  reward   = blend / solve_rate / regret / learning_potential variant
+  reward   = the configured variant (rl.DESIGNER_REWARDS), centred per skill, times the scale
 
-A window is plain JSON data, so it lives in checkpoints as is.
+An environment that was never played at offset 0 (its plays failed to start at the regeneration
+step) was never measured: its designer sample is dropped, not paid zero. It was admitted, so the
+designer is not to blame for a crash the validator could not see, and a zero would push every
+other sample of its skill up by the centring; the method's rule for failed attempts (no sample,
+no penalty) is applied instead, and the window counts it as `unmeasured`.
+
+Windows are immutable values: every function returns a new one. Plain JSON in checkpoints.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import dataclasses
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from spade_jax import rl
-
-Window = dict[str, Any]
-
-
-def new_window(start: int) -> Window:
-  return {"start": start, "envs": {}, "designer": []}
+from spade_jax.selfplay import records
 
 
-def add_env(w: Window, env_id: str, skill: str, hinted: list[float] | None) -> None:
-  """A new environment of this window; `hinted=None` means hint generation failed."""
-  w["envs"][env_id] = {"skill": skill, "hinted": hinted, "unhinted": {}}
+@dataclasses.dataclass(frozen=True)
+class EnvTrack:
+  skill: str
+  hinted: tuple[float, ...] | None  # None: no hint, or none of its hinted plays ran
+  unhinted: Mapping[int, tuple[float, ...]] = dataclasses.field(default_factory=dict)
 
 
-def add_designer_sample(w: Window, sample: Mapping[str, Any]) -> None:
-  """A designer sample (env_id, skill, tokens, mask, logp, temperature), paid at window close."""
-  w["designer"].append(dict(sample))
+@dataclasses.dataclass(frozen=True)
+class Window:
+  start: int
+  envs: Mapping[str, EnvTrack]
+  designer: tuple[records.Sample, ...]
 
 
-def record_unhinted(w: Window, step: int, returns: Mapping[str, list[float]]) -> None:
-  """Unhinted returns of this step for the window's environments (others are ignored)."""
-  offset = str(step - w["start"])
+@dataclasses.dataclass(frozen=True)
+class Payout:
+  samples: list[records.Sample]  # the paid designer samples, with advantages
+  stats: dict[str, dict[str, float]]  # env_id -> regret, win_rate, anchor, reward, ...
+  unmeasured: list[str]  # environments never played at offset 0: not paid
+  skill_emas: dict[str, tuple[float, float]]  # updated (fast, slow) win-rate averages
+
+
+def new_window(start: int, envs: Mapping[str, tuple[str, Sequence[float] | None]],
+               designer: Sequence[records.Sample]) -> Window:
+  """envs: env_id -> (skill, hinted returns or None when the hint failed)."""
+  tracks = {e: EnvTrack(skill, None if h is None else tuple(float(x) for x in h))
+            for e, (skill, h) in envs.items()}
+  return Window(start, tracks, tuple(designer))
+
+
+def record_unhinted(w: Window, step: int, returns: Mapping[str, Sequence[float]]) -> Window:
+  """The window with this step's unhinted returns of its environments (others are ignored)."""
+  offset = step - w.start
+  envs = dict(w.envs)
   for env_id, rs in returns.items():
-    if env_id in w["envs"]:
-      w["envs"][env_id]["unhinted"][offset] = [float(r) for r in rs]
+    if env_id in envs and rs:
+      t = envs[env_id]
+      envs[env_id] = dataclasses.replace(
+          t, unhinted={**t.unhinted, offset: tuple(float(r) for r in rs)})
+  return dataclasses.replace(w, envs=envs)
 
 
-def env_stats(env: Mapping[str, Any]) -> dict[str, float]:
-  """Unfloored regret at offset 0, window win rate, and the two means the variants use."""
-  unhinted = env["unhinted"]
-  first = unhinted.get("0", [])
-  everything = [r for rs in unhinted.values() for r in rs]
+def complete(w: Window, k: int) -> bool:
+  """Whether every step of the window has been played (offsets 0 .. k-1 recorded)."""
+  offsets = {o for t in w.envs.values() for o in t.unhinted}
+  return bool(w.envs) and max(offsets, default=-1) >= k - 1
+
+
+def env_stats(env: EnvTrack) -> dict[str, float] | None:
+  """Unfloored regret at offset 0, window win rate and the means the variants use; None for an
+  environment never played at offset 0."""
+  first = env.unhinted.get(0, ())
   if not first:
-    raise ValueError("an environment of the window has no unhinted plays at offset 0")
-  hinted = env["hinted"]
-  reg = rl.regret(hinted, first) if hinted else 0.0
-  return {"regret": float(reg), "win_rate": float(np.mean(everything)),
-          "win_rate_0": float(np.mean(first)),
-          "hinted_mean": float(np.mean(hinted)) if hinted else float(np.mean(first)),
-          "unhinted_mean": float(np.mean(everything))}
+    return None
+  everything = [r for rs in env.unhinted.values() for r in rs]
+  hint_ok = bool(env.hinted)
+  return {"regret": rl.regret(env.hinted, first) if hint_ok else 0.0,
+          "win_rate": float(np.mean(everything)), "win_rate_0": float(np.mean(first)),
+          "hinted_mean": float(np.mean(env.hinted)) if hint_ok else 0.0,
+          "unhinted_mean": float(np.mean(everything)), "hint_ok": float(hint_ok)}
 
 
-def rewards(w: Window, rcfg, lp_state: dict[str, list[float]]
-            ) -> tuple[dict[str, float], dict[str, dict[str, float]], dict[str, list[float]]]:
-  """({env_id: designer reward}, {env_id: stats}, updated learning-potential EMAs)."""
-  env_ids = sorted(w["envs"])
-  if not env_ids:
-    return {}, {}, lp_state
-  stats = {e: env_stats(w["envs"][e]) for e in env_ids}
-  reg = np.array([stats[e]["regret"] for e in env_ids])
-  win = np.array([stats[e]["win_rate"] for e in env_ids])
-  band = dict(low=rcfg.band_low, high=rcfg.band_high, width=rcfg.ramp)
-  lp_state = {k: list(v) for k, v in lp_state.items()}
-  if rcfg.variant == "blend":
-    r = rl.blend(reg, win, rcfg.regret_weight, rcfg.anchor_weight, rcfg.regret_scale, **band)
-  elif rcfg.variant == "solve_rate":
-    r = rl.solve_rate_reward(win, **band)
-  elif rcfg.variant == "regret":
-    r = rl.regret_reward([stats[e]["hinted_mean"] for e in env_ids],
-                         [stats[e]["unhinted_mean"] for e in env_ids])
-  elif rcfg.variant == "learning_potential":
-    skills = [w["envs"][e]["skill"] for e in env_ids]
-    potential = {}
-    for skill in sorted(set(skills)):
-      rate = float(np.mean([s for s, k in zip(win, skills) if k == skill]))
-      fast, slow = lp_state.get(skill, [rate, rate])  # first sighting: potential 0
-      fast, slow, pot = rl.learning_potential([fast], [slow], [rate], rcfg.lp_fast, rcfg.lp_slow)
-      lp_state[skill] = [float(fast[0]), float(slow[0])]
-      potential[skill] = float(pot[0])
-    r = np.array([potential[k] for k in skills])
-  else:
-    raise ValueError(f"unknown designer reward variant {rcfg.variant!r}; "
-                     f"known: {rl.DESIGNER_REWARDS}")
-  for e, value, a in zip(env_ids, np.atleast_1d(r), rl.anchor(win, **band)):
+def close(w: Window, cfg: rl.RewardConfig, skill_emas: Mapping[str, Sequence[float]],
+          n_agent: int, k: int) -> Payout:
+  """Pays the window: rewards of the measured environments, per-skill centred advantages times
+  min(n_agent / n_paid * k, cap), and the skills' win-rate averages moved by this window."""
+  stats = {e: s for e in sorted(w.envs) if (s := env_stats(w.envs[e])) is not None}
+  unmeasured = sorted(set(w.envs) - set(stats))
+  emas = {s: (float(v[0]), float(v[1])) for s, v in skill_emas.items()}
+  if not stats:
+    return Payout([], {}, unmeasured, emas)
+  ids = list(stats)
+  skill = [w.envs[e].skill for e in ids]
+  col = lambda key: np.array([stats[e][key] for e in ids])
+  skill_rate = {s: float(np.mean([stats[e]["win_rate"] for e, k_ in zip(ids, skill) if k_ == s]))
+                for s in sorted(set(skill))}
+  # A skill seen for the first time starts its averages at this window's rate.
+  before = {s: emas.get(s, (r, r)) for s, r in skill_rate.items()}
+  signals = rl.EnvSignals(col("regret"), col("win_rate"), col("hinted_mean"),
+                          col("unhinted_mean"), col("hint_ok") > 0,
+                          np.array([before[s][1] for s in skill]))
+  reward = rl.designer_reward(signals, cfg)
+  for s, r in skill_rate.items():
+    fast, slow = before[s]
+    emas[s] = (float(rl.ema(fast, r, cfg.lp_fast)), float(rl.ema(slow, r, cfg.lp_slow)))
+  for e, value, a in zip(ids, reward, rl.anchor(signals.win_rate_N, **cfg.band())):
     stats[e].update(reward=float(value), anchor=float(a))
-  return {e: stats[e]["reward"] for e in env_ids}, stats, lp_state
+  paid = [s for s in w.designer if s.env_id in stats]
+  if not paid:
+    return Payout([], stats, unmeasured, emas)
+  scale = rl.designer_scale(n_agent, len(paid), k, cfg.scale_cap)
+  adv = rl.designer_advantages([stats[s.env_id]["reward"] for s in paid],
+                               [s.skill for s in paid], scale)
+  paid = [dataclasses.replace(s, advantage=float(a)) for s, a in zip(paid, adv)]
+  return Payout(paid, stats, unmeasured, emas)
 
 
-def paid_samples(w: Window, reward_of: Mapping[str, float], n_agent: int, k: int,
-                 scale_cap: float) -> list[dict[str, Any]]:
-  """The window's designer samples with their advantages: per-skill mean-centred reward times
-  min(n_agent / n_designer * k, cap). Samples of environments without a reward are dropped."""
-  samples = [s for s in w["designer"] if s["env_id"] in reward_of]
-  if not samples:
-    return []
-  scale = rl.designer_scale(n_agent, len(samples), k, scale_cap)
-  adv = rl.designer_advantages([reward_of[s["env_id"]] for s in samples],
-                               [s["skill"] for s in samples], scale)
-  return [dict(s, advantage=float(a)) for s, a in zip(samples, adv)]
+def to_json(w: Window | None) -> dict[str, Any] | None:
+  if w is None:
+    return None
+  return {"start": w.start, "designer": [records.to_json(s) for s in w.designer],
+          "envs": {e: {"skill": t.skill, "hinted": None if t.hinted is None else list(t.hinted),
+                       "unhinted": {str(o): list(rs) for o, rs in t.unhinted.items()}}
+                   for e, t in w.envs.items()}}
+
+
+def from_json(d: Mapping[str, Any] | None) -> Window | None:
+  if d is None:
+    return None
+  envs = {e: EnvTrack(t["skill"], None if t["hinted"] is None else tuple(t["hinted"]),
+                      {int(o): tuple(rs) for o, rs in t["unhinted"].items()})
+          for e, t in d["envs"].items()}
+  return Window(d["start"], envs, tuple(records.sample_from_json(s) for s in d["designer"]))

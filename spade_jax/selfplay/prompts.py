@@ -51,6 +51,11 @@ def _code_block(code: str) -> str:
   return f"```python\n{code.rstrip()}\n```"
 
 
+def designer_reply(program: str) -> str:
+  """A program written out as the designer's answer asks for it (a replayed designer's reply)."""
+  return _code_block(program)
+
+
 def memory_block(positives: Sequence[memory_lib.Record],
                  negatives: Sequence[memory_lib.Record], few_shots: Sequence[str]) -> str:
   """The §8 memory section: frontier examples to build on, saturated ones to avoid. While the
@@ -118,29 +123,3 @@ def agent_first_turn(observation: str, hint: str | None = None) -> list[Message]
   if hint:
     observation = f"{observation}\n\nHINT: {hint}"
   return [{"role": "user", "content": f"{AGENT_INSTRUCTION}\n\n{observation}"}]
-
-
-def last_boxed(text: str) -> str | None:
-  """Content of the last \\boxed{...}, nested braces included; None if there is none."""
-  start = text.rfind("\\boxed{")
-  if start < 0:
-    return None
-  i = start + len("\\boxed{")
-  depth = 1
-  for j in range(i, len(text)):
-    if text[j] == "{":
-      depth += 1
-    elif text[j] == "}":
-      depth -= 1
-      if depth == 0:
-        return text[i:j]
-  return None  # unbalanced: no complete box
-
-
-def agent_action(completion: str, max_chars: int = 2000) -> str:
-  """The action sent to the environment: the last boxed content re-wrapped as \\boxed{X}; a
-  completion without a complete box is passed as (truncated) raw text for the env to parse."""
-  content = last_boxed(completion)
-  if content is None:
-    return completion.strip()[:max_chars]
-  return f"\\boxed{{{content.strip()[:max_chars]}}}"
