@@ -171,8 +171,8 @@ def add_help(parser: argparse.ArgumentParser, default: str, metavar: str) -> Non
 
 
 def mesh_config() -> ml_collections.ConfigDict:
-  """Mesh sizes; -1 takes the remaining devices."""
-  return ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+  """Mesh sizes; -1 takes the remaining devices ("expert" splits a MoE model's experts)."""
+  return ml_collections.ConfigDict({"data": -1, "fsdp": 1, "expert": 1, "tensor": 1})
 
 
 def rules_config() -> ml_collections.ConfigDict:

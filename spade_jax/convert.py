@@ -1,10 +1,13 @@
 """Name and layout mapping between our parameters and Hugging Face / GGUF checkpoints.
 
 One declarative table per checkpoint family maps each of our parameter paths to the external
-tensor name (with `{i}` for the layer index) and a layout. External linear weights are
-[out, in]; ours put the input dims first and split heads out ([D, H, Dh], [H, Dh, D], [D, F]).
-The layouts below say how to go between the two, in both directions, so that loading,
-validation and export all read the same table.
+tensor name (with `{i}` for the layer index and, for a checkpoint that stores each expert
+apart, `{j}` for the expert) and a layout. External linear weights are [out, in]; ours put the
+input dims first and split heads out ([D, H, Dh], [H, Dh, D], [D, F]). The layouts below say
+how to go between the two, in both directions, so that loading, validation and export all read
+the same table. Our stacked parameters ("layers/...", and a MoE model's "mlp/..." and "moe/...")
+hold one row per layer of their stack (`stack_layers`), and an expert weight [layers, E, ...]
+one row per expert, so per-expert tensors become stacked [E, ...] arrays and back.
 """
 
 from __future__ import annotations
@@ -24,28 +27,34 @@ class CheckpointError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-  """How one external tensor relates to ours. `n_in` = number of our leading dims that are the
-  linear layer's input (the external tensor is [prod(out dims), prod(in dims)]); 0 = same
-  elements, external shape either ours ("copy") or flattened ("flat")."""
+  """How one external tensor relates to ours. `n_in` = number of our dims (after `lead` shared
+  leading dims, e.g. GGUF's stacked experts) that are the linear layer's input (the external
+  tensor is [*lead, prod(out dims), prod(in dims)]); 0 = same elements, external shape either
+  ours ("copy") or flattened ("flat")."""
   n_in: int = 0
   flat: bool = False
+  lead: int = 0
 
   def external_shape(self, ours: tuple[int, ...]) -> tuple[int, ...]:
+    lead, ours = tuple(ours[:self.lead]), ours[self.lead:]
     if self.n_in:
-      return (math.prod(ours[self.n_in:]), math.prod(ours[:self.n_in]))
-    return (math.prod(ours),) if self.flat else tuple(ours)
+      return lead + (math.prod(ours[self.n_in:]), math.prod(ours[:self.n_in]))
+    return lead + ((math.prod(ours),) if self.flat else tuple(ours))
 
   def to_ours(self, ext: np.ndarray, ours: tuple[int, ...]) -> np.ndarray:
-    return (ext.T if self.n_in else ext).reshape(ours)
+    return (np.swapaxes(ext, -1, -2) if self.n_in else ext).reshape(ours)
 
   def to_external(self, x: np.ndarray) -> np.ndarray:
+    lead = x.shape[:self.lead]
     if self.n_in:
-      return x.reshape(math.prod(x.shape[:self.n_in]), -1).T
-    return x.reshape(-1) if self.flat else x
+      return np.swapaxes(x.reshape(*lead, math.prod(x.shape[self.lead:self.lead + self.n_in]),
+                                   -1), -1, -2)
+    return x.reshape(*lead, -1) if self.flat else x
 
 
 COPY, FLAT = Layout(), Layout(flat=True)
 LINEAR_IN1, LINEAR_IN2 = Layout(n_in=1), Layout(n_in=2)
+EXPERTS_IN1 = Layout(n_in=1, lead=1)  # [E, out, in] <-> [E, in, out]
 
 _HF_BASE = {
     "embed": ("model.embed_tokens.weight", COPY),
@@ -70,10 +79,22 @@ _HF_QK_NORM = {
     "layers/q_norm": ("model.layers.{i}.self_attn.q_norm.weight", COPY),
     "layers/k_norm": ("model.layers.{i}.self_attn.k_norm.weight", COPY),
 }
+# Qwen3-MoE: dense layers' MLPs (mlp_only_layers) keep the dense names; a sparse layer has a
+# router ("gate") and one gate/up/down projection per expert.
+_HF_MOE = {
+    "mlp/w_gate": ("model.layers.{i}.mlp.gate_proj.weight", LINEAR_IN1),
+    "mlp/w_up": ("model.layers.{i}.mlp.up_proj.weight", LINEAR_IN1),
+    "mlp/w_down": ("model.layers.{i}.mlp.down_proj.weight", LINEAR_IN1),
+    "moe/router": ("model.layers.{i}.mlp.gate.weight", LINEAR_IN1),
+    "moe/w_gate": ("model.layers.{i}.mlp.experts.{j}.gate_proj.weight", LINEAR_IN1),
+    "moe/w_up": ("model.layers.{i}.mlp.experts.{j}.up_proj.weight", LINEAR_IN1),
+    "moe/w_down": ("model.layers.{i}.mlp.experts.{j}.down_proj.weight", LINEAR_IN1),
+}
 HF_TABLES = {
     "llama": _HF_BASE,
     "qwen2": {**_HF_BASE, **_HF_QKV_BIAS},
     "qwen3": {**_HF_BASE, **_HF_QK_NORM},
+    "qwen3_moe": {**_HF_BASE, **_HF_QK_NORM, **_HF_MOE},
 }
 
 # GGUF tensor names (numpy order, i.e. [out, in] like HF). llama.cpp's converter interleaves the
@@ -100,6 +121,12 @@ GGUF_TABLES = {
     "qwen3": {**_GGUF_BASE, "layers/q_norm": ("blk.{i}.attn_q_norm.weight", COPY),
               "layers/k_norm": ("blk.{i}.attn_k_norm.weight", COPY)},
 }
+# llama.cpp stores a layer's experts as one [E, out, in] tensor.
+GGUF_TABLES["qwen3_moe"] = {
+    **GGUF_TABLES["qwen3"], "moe/router": ("blk.{i}.ffn_gate_inp.weight", LINEAR_IN1),
+    "moe/w_gate": ("blk.{i}.ffn_gate_exps.weight", EXPERTS_IN1),
+    "moe/w_up": ("blk.{i}.ffn_up_exps.weight", EXPERTS_IN1),
+    "moe/w_down": ("blk.{i}.ffn_down_exps.weight", EXPERTS_IN1)}
 GGUF_ROPE_PERMUTED = {"llama": {"layers/wq": "n_heads", "layers/wk": "n_kv_heads"}}
 
 
@@ -109,6 +136,26 @@ def unpermute_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
   return w.reshape(n_heads, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def stack_layers(cfg: model_lib.ModelConfig, path: str) -> tuple[int, ...] | None:
+  """The layer index of each row of a stacked parameter (None: not stacked)."""
+  group = path.split("/")[0]
+  if group == "layers":
+    return tuple(range(cfg.n_layers))
+  return {"mlp": cfg.dense_layers, "moe": cfg.sparse_layers}.get(group)
+
+
+def _pieces(cfg: model_lib.ModelConfig, path: str, name: str, shape: tuple[int, ...]):
+  """[(external name, index into our array, the piece's own shape)] of one parameter: one per
+  layer of its stack, and per expert where the checkpoint names experts apart ({j})."""
+  layers = stack_layers(cfg, path)
+  if layers is None:
+    return [(name, (), shape)]
+  if "{j}" in name:
+    return [(name.format(i=i, j=j), (r, j), shape[2:]) for r, i in enumerate(layers)
+            for j in range(shape[1])]
+  return [(name.format(i=i), (r,), shape[1:]) for r, i in enumerate(layers)]
+
+
 def external_names(cfg: model_lib.ModelConfig, table: Mapping) -> dict[str, tuple[str, tuple]]:
   """{external tensor name: (our path, expected external shape)} for every tensor the model needs."""
   out = {}
@@ -116,11 +163,8 @@ def external_names(cfg: model_lib.ModelConfig, table: Mapping) -> dict[str, tupl
     if path not in table:
       raise KeyError(f"no checkpoint name for parameter {path!r} in the {cfg.family} table")
     name, layout = table[path]
-    if path.startswith("layers/"):
-      for i in range(cfg.n_layers):
-        out[name.format(i=i)] = (path, layout.external_shape(spec.shape[1:]))
-    else:
-      out[name] = (path, layout.external_shape(spec.shape))
+    for ext, _, shape in _pieces(cfg, path, name, spec.shape):
+      out[ext] = (path, layout.external_shape(shape))
   return out
 
 
@@ -142,38 +186,38 @@ def check_tensors(cfg: model_lib.ModelConfig, table: Mapping,
 def host_loaders(cfg: model_lib.ModelConfig, table: Mapping, read: Callable[[str], np.ndarray],
                  transforms: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None
                  ) -> dict[str, Callable[[], np.ndarray]]:
-  """{our path: thunk building that float32 host array}; stacked params read layer by layer."""
+  """{our path: thunk building that float32 host array}; stacked params read piece by piece."""
   transforms = transforms or {}
-
-  def one(path, name, layout, shape):
-    t = transforms.get(path, lambda a: a)
-    return layout.to_ours(t(np.asarray(read(name), np.float32)), shape)
 
   def loader(path, spec):
     name, layout = table[path]
-    if not path.startswith("layers/"):
-      return lambda: one(path, name, layout, spec.shape)
+    t = transforms.get(path, lambda a: a)
 
-    def stacked():
+    def build():
+      pieces = _pieces(cfg, path, name, spec.shape)
+      if len(pieces) == 1 and pieces[0][1] == ():
+        return layout.to_ours(t(np.asarray(read(name), np.float32)), spec.shape)
       out = np.empty(spec.shape, np.float32)
-      for i in range(cfg.n_layers):
-        out[i] = one(path, name.format(i=i), layout, spec.shape[1:])
+      for ext, idx, shape in pieces:
+        out[idx] = layout.to_ours(t(np.asarray(read(ext), np.float32)), shape)
       return out
-    return stacked
+    return build
 
   return {path: loader(path, spec) for path, spec in model_lib.param_table(cfg).items()}
 
 
-def external_tensors(cfg: model_lib.ModelConfig, params, table: Mapping) -> dict[str, np.ndarray]:
-  """Our params -> {external name: array}, the inverse of `host_loaders`."""
+def external_tensors(cfg: model_lib.ModelConfig, params, table: Mapping):
+  """Our params -> (external name, float32 array) pairs, the inverse of `host_loaders`, one
+  piece at a time: a stacked parameter is copied to the host a layer at a time."""
   flat = model_lib.flatten(params)
-  out = {}
-  for path in model_lib.param_table(cfg):
+  for path, spec in model_lib.param_table(cfg).items():
     name, layout = table[path]
-    x = np.asarray(flat[path], np.float32)
-    if path.startswith("layers/"):
-      for i in range(cfg.n_layers):
-        out[name.format(i=i)] = np.ascontiguousarray(layout.to_external(x[i]))
-    else:
-      out[name] = np.ascontiguousarray(layout.to_external(x))
-  return out
+    pieces = _pieces(cfg, path, name, spec.shape)
+    if stack_layers(cfg, path) is None:
+      yield name, np.ascontiguousarray(layout.to_external(np.asarray(flat[path], np.float32)))
+      continue
+    for r in range(spec.shape[0]):
+      row = np.asarray(flat[path][r], np.float32)
+      for ext, idx, _ in pieces:
+        if idx[0] == r:
+          yield ext, np.ascontiguousarray(layout.to_external(row[idx[1:]]))

@@ -62,7 +62,7 @@ def batch_bucket(n: int, multiple: int = 1) -> int:
 
 def batch_multiple(mesh: Mesh, rules) -> int:
   """How many ways the batch dim is split: the product of the mesh axes of the "batch" rule."""
-  return math.prod(mesh.shape[a] for a in rules["batch"])
+  return sharding_lib.batch_shards(mesh, rules)
 
 
 def _cache_rules(rules):

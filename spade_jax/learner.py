@@ -357,8 +357,8 @@ def make_learner(model_cfg: model_lib.ModelConfig, cfg: LearnerConfig, mesh: Mes
   opt_sh = optax.tree_map_params(tx, lambda _, s: s, jax.eval_shape(tx.init, abstract), p_sh,
                                  transform_non_params=lambda _: rep)
   state_sh = TrainState(rep, p_sh, opt_sh, rep)
-  batch_layout = (mesh, sharding.spec_for(("batch",), rules)[0])
-  n_shards = int(np.prod([mesh.shape[a] for a in rules["batch"]]))
+  batch_layout = (mesh, sharding.spec_for(("batch",), rules, mesh=mesh)[0])
+  n_shards = sharding.batch_shards(mesh, rules)
 
   def batch_sh(batch):
     return {k: sharding.batch_sharding(mesh, rules, np.ndim(v)) for k, v in batch.items()}

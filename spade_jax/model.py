@@ -1,4 +1,5 @@
-"""One decoder for the Llama, Qwen2 and Qwen3 dense families, as pure functions over a pytree.
+"""One decoder for the Llama, Qwen2 and Qwen3 dense families and Qwen3-MoE, as pure functions over
+a pytree.
 
 The parameters are a plain nested dict of arrays. Every leaf is declared once in `param_table`,
 which gives its shape, its logical axis names (used by `sharding.py` to place it on the mesh) and
@@ -7,13 +8,17 @@ table. Transformer layers are stacked on a leading "layers" axis and run with `l
 time stays flat in depth.
 
 Shape letters: B batch, T query time, S key time, D model, H query heads, K kv heads,
-G = H // K query heads per kv head, Dh head dim, F ffn, V vocab, L layers.
+G = H // K query heads per kv head, Dh head dim, F ffn, V vocab, L layers, E experts.
+
+Mixture-of-experts models (family "qwen3_moe") keep attention and norms in the "layers" stack and
+their feed-forward weights in two more stacks, "moe" (the sparse layers: router and experts) and
+"mlp" (the dense layers among them, if any); `layer_runs` says which layers form a run of one
+kind. The expert block itself, its dispatch and expert parallelism live in `moe`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -21,10 +26,13 @@ import jax
 import jax.numpy as jnp
 
 from spade_jax import attention as attention_lib
+from spade_jax import moe as moe_lib
+from spade_jax.blocks import (apply_rope, dense, matmul, norm_dense, rms_norm,  # noqa: F401
+                              rope_tables, swiglu, swiglu_down, transposed)
 
 Params = dict[str, Any]
 
-FAMILIES = ("llama", "qwen2", "qwen3")
+FAMILIES = ("llama", "qwen2", "qwen3", "qwen3_moe")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +54,20 @@ class ModelConfig:
   tie_embeddings: bool
   max_seq_len: int
   dtype: str = "float32"  # compute dtype; params stay float32
+  # Mixture of experts (qwen3_moe; transformers' Qwen3MoeConfig field in brackets): E experts
+  # [num_experts] of width d_ff_expert [moe_intermediate_size], experts_per_token of them per
+  # token [num_experts_per_tok], their weights renormalised when norm_topk_prob; layer i is sparse
+  # when (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers (those use d_ff).
+  n_experts: int = 0
+  experts_per_token: int = 0
+  d_ff_expert: int = 0
+  norm_topk_prob: bool = False
+  decoder_sparse_step: int = 1
+  mlp_only_layers: tuple[int, ...] = ()
 
   def __post_init__(self):
+    # A config read back from JSON (checkpoint metadata) has a list here; keep it hashable.
+    object.__setattr__(self, "mlp_only_layers", tuple(int(i) for i in self.mlp_only_layers))
     problems = []
     if self.family not in FAMILIES:
       problems.append(f"family {self.family!r} is not one of {FAMILIES}")
@@ -61,11 +81,31 @@ class ModelConfig:
       problems.append(f"head_dim={self.head_dim} must be even for rotary embeddings")
     if self.dtype not in ("float32", "bfloat16"):
       problems.append(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
+    if (self.family == "qwen3_moe") != (self.n_experts > 0):
+      problems.append(f"family {self.family!r} with n_experts={self.n_experts}: experts come "
+                      "with qwen3_moe and qwen3_moe with experts")
+    if self.n_experts and not (0 < self.experts_per_token <= self.n_experts
+                               and self.d_ff_expert > 0 and self.decoder_sparse_step > 0):
+      problems.append(f"need 0 < experts_per_token={self.experts_per_token} <= n_experts="
+                      f"{self.n_experts}, d_ff_expert={self.d_ff_expert} > 0 and "
+                      f"decoder_sparse_step={self.decoder_sparse_step} > 0")
+    if any(not 0 <= i < self.n_layers for i in self.mlp_only_layers):
+      problems.append(f"mlp_only_layers {self.mlp_only_layers} outside 0..{self.n_layers - 1}")
     if problems:
       raise ValueError("invalid ModelConfig: " + "; ".join(problems))
 
   def replace(self, **kw) -> "ModelConfig":
     return dataclasses.replace(self, **kw)
+
+  @property
+  def sparse_layers(self) -> tuple[int, ...]:
+    """The layers whose feed-forward block is the mixture of experts (transformers' rule)."""
+    return tuple(i for i in range(self.n_layers) if self.n_experts and i not in
+                 self.mlp_only_layers and (i + 1) % self.decoder_sparse_step == 0)
+
+  @property
+  def dense_layers(self) -> tuple[int, ...]:
+    return tuple(i for i in range(self.n_layers) if i not in self.sparse_layers)
 
 
 PRESETS: dict[str, ModelConfig] = {
@@ -97,6 +137,19 @@ PRESETS: dict[str, ModelConfig] = {
                             n_kv_heads=8, head_dim=128, d_ff=12288, rope_theta=1_000_000.0,
                             norm_eps=1e-6, qk_norm=True, qkv_bias=False, tie_embeddings=False,
                             max_seq_len=40960),
+    # A dense layer between two sparse ones, and odd sizes, for tests and CPU benchmarks.
+    "tiny_moe": ModelConfig("qwen3_moe", vocab_size=256, d_model=64, n_layers=3, n_heads=4,
+                            n_kv_heads=2, head_dim=16, d_ff=96, rope_theta=10_000.0,
+                            norm_eps=1e-6, qk_norm=True, qkv_bias=False, tie_embeddings=False,
+                            max_seq_len=512, n_experts=6, experts_per_token=2, d_ff_expert=40,
+                            norm_topk_prob=True, mlp_only_layers=(1,)),
+    # Qwen/Qwen3-30B-A3B's config.json (the Instruct-2507 release has rope_theta 1e7).
+    "qwen3_30b_a3b": ModelConfig("qwen3_moe", vocab_size=151936, d_model=2048, n_layers=48,
+                                 n_heads=32, n_kv_heads=4, head_dim=128, d_ff=6144,
+                                 rope_theta=1_000_000.0, norm_eps=1e-6, qk_norm=True,
+                                 qkv_bias=False, tie_embeddings=False, max_seq_len=40960,
+                                 n_experts=128, experts_per_token=8, d_ff_expert=768,
+                                 norm_topk_prob=True),
 }
 
 
@@ -119,11 +172,21 @@ def param_table(cfg: ModelConfig) -> dict[str, ParamSpec]:
       "layers/wv": ParamSpec((L, D, K, Dh), ("layers", "embed", "kv_heads", "head_dim"), d),
       "layers/wo": ParamSpec((L, H, Dh, D), ("layers", "heads", "head_dim", "embed"), hd),
       "layers/mlp_norm": ParamSpec((L, D), ("layers", "embed"), "ones"),
-      "layers/w_gate": ParamSpec((L, D, F), ("layers", "embed", "mlp"), d),
-      "layers/w_up": ParamSpec((L, D, F), ("layers", "embed", "mlp"), d),
-      "layers/w_down": ParamSpec((L, F, D), ("layers", "mlp", "embed"), f),
       "final_norm": ParamSpec((D,), ("embed",), "ones"),
   }
+  # A dense model keeps its MLPs in the layer stack; a MoE model stacks dense and sparse
+  # layers' feed-forward weights apart ("mlp", "moe"), each over its own layers.
+  Ld, Ls, E, Fe = len(cfg.dense_layers), len(cfg.sparse_layers), cfg.n_experts, cfg.d_ff_expert
+  mlp = "mlp" if cfg.n_experts else "layers"
+  if Ld:
+    t[f"{mlp}/w_gate"] = ParamSpec((Ld, D, F), ("layers", "embed", "mlp"), d)
+    t[f"{mlp}/w_up"] = ParamSpec((Ld, D, F), ("layers", "embed", "mlp"), d)
+    t[f"{mlp}/w_down"] = ParamSpec((Ld, F, D), ("layers", "mlp", "embed"), f)
+  if Ls:
+    t["moe/router"] = ParamSpec((Ls, D, E), ("layers", "embed", "experts"), d)
+    t["moe/w_gate"] = ParamSpec((Ls, E, D, Fe), ("layers", "experts", "embed", "mlp"), d)
+    t["moe/w_up"] = ParamSpec((Ls, E, D, Fe), ("layers", "experts", "embed", "mlp"), d)
+    t["moe/w_down"] = ParamSpec((Ls, E, Fe, D), ("layers", "experts", "mlp", "embed"), Fe ** -0.5)
   if cfg.qkv_bias:
     t["layers/bq"] = ParamSpec((L, H, Dh), ("layers", "heads", "head_dim"), "zeros")
     t["layers/bk"] = ParamSpec((L, K, Dh), ("layers", "kv_heads", "head_dim"), "zeros")
@@ -185,120 +248,7 @@ def count_params(tree: Params) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Building blocks
-
-
-def rms_norm(x, w, eps: float):
-  """RMSNorm in float32, cast back to the input dtype before the scale (as HF does)."""
-  x32 = x.astype(jnp.float32)
-  y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
-  return w.astype(x.dtype) * y.astype(x.dtype)
-
-
-def rope_tables(positions_BT, head_dim: int, theta: float):
-  """cos/sin of shape [B, T, Dh/2] for the half-split (rotate_half) rotary convention."""
-  inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
-  angles = positions_BT.astype(jnp.float32)[..., None] * inv_freq
-  return jnp.cos(angles), jnp.sin(angles)
-
-
-def apply_rope(x_BTND, cos_BTd, sin_BTd):
-  x1, x2 = jnp.split(x_BTND.astype(jnp.float32), 2, axis=-1)
-  c, s = cos_BTd[:, :, None, :], sin_BTd[:, :, None, :]
-  return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x_BTND.dtype)
-
-
-def _as_matrices(x, w, n_in: int):
-  lead, ins, outs = x.shape[:-n_in], w.shape[:n_in], w.shape[n_in:]
-  return (x.reshape(math.prod(lead), math.prod(ins)), w.reshape(math.prod(ins), math.prod(outs)),
-          lead, outs)
-
-
-def matmul(a, b):
-  """a @ b of 2-d arrays, accumulated and returned in float32 (bfloat16 inputs stay bfloat16).
-
-  Asking for a float32 result is what sends a bfloat16 product to XLA's CPU dot library (the
-  AVX-512 / AMX bfloat16 kernels); a bfloat16 result takes a much slower generic path.
-  """
-  return jnp.dot(a, b, preferred_element_type=jnp.float32)
-
-
-def transposed(a):
-  """a.T of a 2-d array, materialised as a row-major copy.
-
-  XLA's CPU backend runs a bfloat16 product in its dot library only when both operands are
-  row-major; a plain transpose is folded into the product instead, which then runs in float32 at
-  a third of the speed. A transpose written through a 3-d reshape stays a copy (one pass over
-  `a`). Backends that fold it back lose nothing.
-  """
-  m, n = a.shape
-  g = next((g for g in (16, 8, 4, 2) if m % g == 0), 1)
-  return a.reshape(g, m // g, n).transpose(2, 0, 1).reshape(n, m)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def dense(x, w, n_in: int, dtype=None):
-  """Contracts the last `n_in` dims of `x` with the first `n_in` of `w`: [..., *in] -> [..., *out].
-
-  The same product as an einsum, with its operands cast to `dtype` (default: x's dtype), float32
-  accumulation and the result in x's dtype; the backward pass is two plain matmuls over the
-  flattened tokens (dx = dy w^T, dw = x^T dy) with the same operand dtype. Only the operands are
-  cast here and x, w are saved as given, so float32 activations with bfloat16 products keep
-  float32 residuals (XLA's CPU backend turns each bfloat16 write into a scanned stack into a
-  convert of the whole stack). Left to autodiff, XLA's CPU backend folds the weight-gradient
-  transpose into the elementwise fusion that produces dy (a strided write of the largest
-  activation); here it falls on x instead.
-  """
-  x2, w2, lead, outs = _as_matrices(x, w, n_in)
-  dt = dtype or x.dtype
-  return matmul(x2.astype(dt), w2.astype(dt)).astype(x.dtype).reshape(*lead, *outs)
-
-
-def _dense_fwd(x, w, n_in, dtype):
-  return dense(x, w, n_in, dtype), (x, w)
-
-
-def _dense_bwd(n_in, dtype, res, dy):
-  x, w = res
-  x2, w2, lead, outs = _as_matrices(x, w, n_in)
-  dt = dtype or x.dtype
-  dy2 = dy.reshape(x2.shape[0], w2.shape[1]).astype(dt)
-  # dx: a product over both operands' last dim (an explicit w.T would run in float32 on CPU).
-  # dw: in bfloat16 through a materialised x^T (see `transposed`); float32 has its own TN kernel.
-  dx = jax.lax.dot_general(dy2, w2.astype(dt), (((1,), (1,)), ((), ())),
-                           preferred_element_type=jnp.float32).astype(x.dtype).reshape(x.shape)
-  x2t = x2.astype(dt).T if jnp.dtype(dt) == jnp.float32 else transposed(x2.astype(dt))
-  dw = matmul(x2t, dy2)
-  return dx, dw.astype(w.dtype).reshape(w.shape)
-
-
-dense.defvjp(_dense_fwd, _dense_bwd)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def norm_dense(x, norm_w, ws, eps: float, dtype=None):
-  """`dense(rms_norm(x, norm_w, eps), w, 1, dtype)` for each w of the tuple `ws`.
-
-  The backward pass keeps x and recomputes the norm: under the layer scan that is one
-  [tokens, d_model] residual stack per norm, where autodiff kept three (x, the normalised x
-  and the scaled output the products read).
-  """
-  h = rms_norm(x, norm_w, eps)
-  return tuple(dense(h, w, 1, dtype) for w in ws)
-
-
-def _norm_dense_fwd(x, norm_w, ws, eps, dtype):
-  return norm_dense(x, norm_w, ws, eps, dtype), (x, norm_w, ws)
-
-
-def _norm_dense_bwd(eps, dtype, res, dys):
-  x, norm_w, ws = res
-  h, norm_vjp = jax.vjp(functools.partial(rms_norm, eps=eps), x, norm_w)
-  dh, dws = zip(*(_dense_bwd(1, dtype, (h, w), dy) for w, dy in zip(ws, dys)))
-  return (*norm_vjp(sum(dh)), dws)
-
-
-norm_dense.defvjp(_norm_dense_fwd, _norm_dense_bwd)
+# Building blocks (the products with hand-written backward passes are in `blocks`)
 
 
 def qkv(p, x_BTD, cos, sin, cfg: ModelConfig):
@@ -314,38 +264,6 @@ def qkv(p, x_BTD, cos, sin, cfg: ModelConfig):
   return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
-def swiglu(gate, up):
-  return jax.nn.silu(gate) * up
-
-
-def _swiglu_grads(gate, up, dy):
-  """(d gate, d up) of `swiglu` for the output cotangent dy."""
-  sig = jax.nn.sigmoid(gate)
-  return dy * up * sig * (1 + gate * (1 - sig)), dy * gate * sig
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def swiglu_down(gate, up, w_down, dtype=None):
-  """`dense(swiglu(gate, up), w_down)`, whose backward keeps only gate, up and w_down and
-  recomputes the product's input from them. Left to autodiff, the product's input, the sigmoid
-  and its intermediate products are saved too, each a [layers, tokens, d_ff] stack under the
-  layer scan, written and read back."""
-  return dense(swiglu(gate, up), w_down, 1, dtype)
-
-
-def _swiglu_down_fwd(gate, up, w_down, dtype):
-  return swiglu_down(gate, up, w_down, dtype), (gate, up, w_down)
-
-
-def _swiglu_down_bwd(dtype, res, dy):
-  gate, up, w_down = res
-  ds, dw = _dense_bwd(1, dtype, (swiglu(gate, up), w_down), dy)
-  return (*_swiglu_grads(gate, up, ds), dw)
-
-
-swiglu_down.defvjp(_swiglu_down_fwd, _swiglu_down_bwd)
-
-
 def mlp(p, x_BTD, cfg: ModelConfig):
   """The feed-forward block on the residual stream x, its norm (`mlp_norm`) included."""
   gate, up = norm_dense(x_BTD, p["mlp_norm"], (p["w_gate"], p["w_up"]), cfg.norm_eps, cfg.dtype)
@@ -353,9 +271,11 @@ def mlp(p, x_BTD, cfg: ModelConfig):
 
 
 def cast(tree, cfg: ModelConfig):
-  """Parameters in the compute dtype (norm weights included: rms_norm upcasts internally)."""
+  """Parameters in the compute dtype (norm weights included: rms_norm upcasts internally); a
+  router stays float32, since rounding its logits would change which experts a token gets."""
   dt = jnp.dtype(cfg.dtype)
-  return jax.tree.map(lambda a: a.astype(dt), tree)
+  keep = lambda path: any(getattr(k, "key", None) == "router" for k in path)
+  return jax.tree_util.tree_map_with_path(lambda p, a: a if keep(p) else a.astype(dt), tree)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,8 +319,17 @@ def decoder_layer(p, xs, ropes, attend: AttendFn, cfg: ModelConfig):
 
 
 def layer_stack(params: Params, xs, ropes, attend: AttendFn, cfg: ModelConfig,
-                remat: bool = False):
-  """Every decoder layer (a scan over the stacked weights) applied to the streams `xs`."""
+                remat: bool = False, routing: moe_lib.Routing | None = None):
+  """Every decoder layer (a scan over the stacked weights) applied to the streams `xs`.
+
+  A mixture-of-experts model runs one scan per `moe.layer_runs` run and returns (streams,
+  `moe.RouterStats` stacked over its sparse layers); `routing` gives the expert dispatch, routing
+  to replay and the tokens the statistics count (`moe.Routing`). The expert block is left to
+  autodiff.
+  """
+  if cfg.n_experts:
+    return _moe_layer_stack(params, xs, ropes, attend, cfg, remat, routing or moe_lib.Routing())
+
   def body(xs, p):
     return decoder_layer(p, xs, ropes, attend, cfg), None
 
@@ -409,9 +338,37 @@ def layer_stack(params: Params, xs, ropes, attend: AttendFn, cfg: ModelConfig,
   return jax.lax.scan(body, tuple(xs), params["layers"])[0]
 
 
+def _moe_layer_stack(params, xs, ropes, attend, cfg, remat, routing: moe_lib.Routing):
+  stats = []
+  for run in moe_lib.layer_runs(cfg):
+    n, sparse = run.end - run.first, run.kind == "moe"
+    replays = routing.replay or (None,) * len(xs)
+    rep = tuple(None if r is None or not sparse else r[run.offset:run.offset + n]
+                for r in replays)
+
+    def body(xs, layer, sparse=sparse):
+      p, rep_l = layer
+      attns = attend([qkv(p, x, cos, sin, cfg) for x, (cos, sin) in zip(xs, ropes)])
+      xs = [x + dense(a, p["wo"], 2, cfg.dtype) for x, a in zip(xs, attns)]
+      if not sparse:
+        return tuple(x + mlp(p, x, cfg) for x in xs), None
+      outs = [moe_lib.block(p["moe"], rms_norm(x, p["mlp_norm"], cfg.norm_eps), cfg,
+                            routing.dispatch, r) for x, r in zip(xs, rep_l)]
+      return (tuple(x + y for x, (y, _) in zip(xs, outs)),
+              moe_lib.stats([r for _, r in outs], cfg.n_experts, routing.counted))
+
+    if remat:
+      body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)
+    xs, s = jax.lax.scan(body, tuple(xs), (moe_lib.run_params(params, cfg, run), rep))
+    if sparse:
+      stats.append(s)
+  return xs, jax.tree.map(lambda *a: jnp.concatenate(a), *stats)
+
+
 def hidden_states(params: Params, tokens_BT, cfg: ModelConfig, positions_BT=None, mask_BTS=None,
-                  remat: bool = False):
-  """Final-layer hidden states [B, T, D] (before the final norm) in float32.
+                  remat: bool = False, routing: moe_lib.Routing | None = None):
+  """Final-layer hidden states [B, T, D] (before the final norm) in float32; given `routing` (a
+  MoE model only), (hidden states, `moe.RouterStats`).
 
   Activations, norms and attention stay in float32 and the weights stay as given: each `dense`
   casts its two operands to the compute dtype (`cfg.dtype`) and accumulates in float32, so in
@@ -425,16 +382,24 @@ def hidden_states(params: Params, tokens_BT, cfg: ModelConfig, positions_BT=None
   rope = rope_tables(positions_BT, cfg.head_dim, cfg.rope_theta)
   attend = lambda qkvs: [attention_lib.attention(*qkvs[0], mask_BTS, causal=True)]
   x = embed(params, tokens_BT).astype(jnp.float32)
+  if cfg.n_experts:
+    (h,), stats = layer_stack(params, (x,), (rope,), attend, cfg, remat, routing)
+    return h if routing is None else (h, stats)
   return layer_stack(params, (x,), (rope,), attend, cfg, remat)[0]
 
 
 def forward(params: Params, tokens_BT, cfg: ModelConfig, positions_BT=None, mask_BTS=None,
-            remat: bool = False):
+            remat: bool = False, dispatch: moe_lib.Dispatch | None = None):
   """Logits [B, T, V] in float32 for a batch of (possibly padded) sequences.
 
   positions_BT defaults to 0..T-1 per row; mask_BTS (True = may attend) defaults to causal, and a
   given mask must be causal too (attention skips the keys after each block of queries). For
   left-padded rows pass positions counting from the first real token and `default_mask(T, valid)`.
+  `dispatch` says how a MoE model runs its experts (`moe.Dispatch`; default: one device).
   """
+  if cfg.n_experts:
+    h, _ = hidden_states(params, tokens_BT, cfg, positions_BT, mask_BTS, remat,
+                         moe_lib.Routing(dispatch))
+    return unembed(params, h, cfg)
   h = hidden_states(params, tokens_BT, cfg, positions_BT, mask_BTS, remat)
   return unembed(params, h, cfg)

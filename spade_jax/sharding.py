@@ -1,10 +1,13 @@
 """Device mesh and the logical-axis -> mesh-axis rules that place every array on it.
 
-The mesh has the axes ("data", "fsdp", "tensor"). A rule table maps each logical axis name (the
-names `model.param_table` gives each parameter dim, plus "batch" for activations) to a tuple of mesh
-axes; `()` means replicated. A logical name without a rule is an error, and so is a dim that the
-mesh axes it maps to do not divide: nothing is silently replicated. Parameter shardings are derived
-once from `jax.eval_shape`, and parameters are created or loaded directly into them.
+The mesh has the axes ("data", "fsdp", "tensor"), and "expert" when a config asks for it (a
+mixture-of-experts model's expert weights split over it; see `moe` for how tokens reach them). A
+rule table maps each logical axis name (the names `model.param_table` gives each parameter dim,
+plus "batch" for activations) to a tuple of mesh axes; `()` means replicated. A logical name
+without a rule is an error, and so is a dim that the mesh axes it maps to do not divide: nothing
+is silently replicated. A rule may name a mesh axis this mesh lacks (the "experts" rule on a
+dense mesh): an absent axis has size 1. Parameter shardings are derived once from
+`jax.eval_shape`, and parameters are created or loaded directly into them.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from spade_jax import model as model_lib
 
-MESH_AXES = ("data", "fsdp", "tensor")
+# In device order: the last axis varies fastest (neighbouring devices), so tensor parallelism,
+# the most talkative, gets the closest devices and the expert exchange the next closest.
+MESH_AXES = ("data", "fsdp", "expert", "tensor")
+OPTIONAL_AXES = ("expert",)  # in the mesh only when asked for, so dense meshes keep three axes
 
 # Default placement: FSDP over the model dim, tensor parallelism over heads / ffn / vocab, layers
-# replicated (they are scanned), the batch over data x fsdp.
+# replicated (they are scanned), the batch over data x fsdp, experts over the expert axis.
 DEFAULT_RULES: dict[str, tuple[str, ...]] = {
     "batch": ("data", "fsdp"),
     "layers": (),
@@ -32,6 +38,7 @@ DEFAULT_RULES: dict[str, tuple[str, ...]] = {
     "kv_heads": ("tensor",),
     "head_dim": (),
     "mlp": ("tensor",),
+    "experts": ("expert",),
 }
 
 Rules = Mapping[str, tuple[str, ...]]
@@ -44,14 +51,21 @@ def initialize_distributed() -> None:
     jax.distributed.initialize()
 
 
+def mesh_axes(shape: Mapping[str, int]) -> tuple[str, ...]:
+  """The axes of a mesh of this shape: the three fixed ones, plus "expert" when named."""
+  return tuple(a for a in MESH_AXES if a not in OPTIONAL_AXES or a in shape)
+
+
 def make_mesh(shape: Mapping[str, int], devices=None) -> Mesh:
-  """A ("data", "fsdp", "tensor") mesh. One size may be -1: it takes the remaining devices;
-  without a -1 the mesh uses the first prod(sizes) devices."""
+  """A ("data", "fsdp", "tensor") mesh, with "expert" before "tensor" when `shape` names it. One
+  size may be -1: it takes the remaining devices; without a -1 the mesh uses the first
+  prod(sizes) devices."""
   devices = list(jax.devices() if devices is None else devices)
   unknown = set(shape) - set(MESH_AXES)
   if unknown:
     raise ValueError(f"unknown mesh axes {sorted(unknown)}; the mesh axes are {MESH_AXES}")
-  sizes = [int(shape.get(a, 1)) for a in MESH_AXES]
+  axes = mesh_axes(shape)
+  sizes = [int(shape.get(a, 1)) for a in axes]
   if sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes):
     raise ValueError(f"mesh sizes must be positive with at most one -1, got {dict(shape)}")
   known = math.prod(s for s in sizes if s != -1)
@@ -60,16 +74,17 @@ def make_mesh(shape: Mapping[str, int], devices=None) -> Mesh:
       raise ValueError(f"mesh {dict(shape)} cannot be filled from {len(devices)} devices")
     sizes[sizes.index(-1)] = len(devices) // known
   n = math.prod(sizes)
-  if n > len(devices) or (-1 in [int(shape.get(a, 1)) for a in MESH_AXES] and n != len(devices)):
-    raise ValueError(f"mesh {dict(zip(MESH_AXES, sizes))} needs {n} devices, "
+  if n > len(devices) or (-1 in [int(shape.get(a, 1)) for a in axes] and n != len(devices)):
+    raise ValueError(f"mesh {dict(zip(axes, sizes))} needs {n} devices, "
                      f"but {len(devices)} are available")
   # Fully explicit sizes may ask for fewer devices than there are: the first n are used.
-  return Mesh(np.asarray(devices[:n]).reshape(sizes), MESH_AXES)
+  return Mesh(np.asarray(devices[:n]).reshape(sizes), axes)
 
 
 def spec_for(axes: tuple[str, ...], rules: Rules, shape: tuple[int, ...] | None = None,
              mesh: Mesh | None = None, what: str = "array") -> P:
-  """PartitionSpec for an array whose dims have the given logical names."""
+  """PartitionSpec for an array whose dims have the given logical names (on `mesh`: without the
+  mesh axes it lacks, which have size 1)."""
   parts = []
   used: set[str] = set()
   for dim, name in enumerate(axes):
@@ -77,6 +92,8 @@ def spec_for(axes: tuple[str, ...], rules: Rules, shape: tuple[int, ...] | None 
       raise KeyError(f"{what}: logical axis {name!r} has no sharding rule; rules cover "
                      f"{sorted(rules)}")
     mesh_axes = tuple(rules[name])
+    if mesh is not None:
+      mesh_axes = tuple(a for a in mesh_axes if a in mesh.shape)
     for a in mesh_axes:
       if a not in MESH_AXES:
         raise ValueError(f"rule {name!r} -> {mesh_axes} names unknown mesh axis {a!r}")
@@ -105,7 +122,12 @@ def param_shardings(cfg: model_lib.ModelConfig, mesh: Mesh, rules: Rules) -> Any
 
 def batch_sharding(mesh: Mesh, rules: Rules, ndim: int = 2) -> NamedSharding:
   """Batch-major arrays ([B, ...]): batch over the "batch" rule, other dims replicated."""
-  return NamedSharding(mesh, P(spec_for(("batch",), rules)[0], *([None] * (ndim - 1))))
+  return NamedSharding(mesh, P(spec_for(("batch",), rules, mesh=mesh)[0], *([None] * (ndim - 1))))
+
+
+def batch_shards(mesh: Mesh, rules: Rules) -> int:
+  """How many ways the batch dim is split: the product of the mesh axes of the "batch" rule."""
+  return math.prod(mesh.shape.get(a, 1) for a in rules["batch"])
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

@@ -44,3 +44,18 @@ def build(name: str, seed: int = 0):
 def logits(m, tokens) -> np.ndarray:
   with torch.no_grad():
     return m(torch.as_tensor(tokens)).logits.float().numpy()
+
+
+# Qwen3-MoE: experts of an odd width, a dense layer among sparse ones (mlp_only_layers) or every
+# other layer dense (decoder_sparse_step), norm_topk_prob both ways.
+TINY_MOE = dict(TINY, moe_intermediate_size=20, num_experts=7, num_experts_per_tok=3)
+
+MOE_CONFIGS = {
+    "moe_norm_dense_mid": lambda: transformers.Qwen3MoeConfig(
+        **TINY_MOE, rope_theta=1e6, norm_topk_prob=True, mlp_only_layers=[1],
+        tie_word_embeddings=False),
+    "moe_raw_step2": lambda: transformers.Qwen3MoeConfig(
+        **dict(TINY_MOE, num_hidden_layers=4), rope_theta=1e4, norm_topk_prob=False,
+        decoder_sparse_step=2, tie_word_embeddings=True),
+}
+CONFIGS.update(MOE_CONFIGS)
