@@ -10,6 +10,8 @@ others do. A file that cannot be read (missing, a directory, not UTF-8) is an er
 package's `__init__.py` (as in `validate sandbox/starters/*.py`) is skipped, never judged.
 Exit status: 0 when every judged file was admitted (validate) or the episode ran (play).
 Flags are spelled with underscores (`--memory_mb`); the dashed spelling is accepted too.
+Human-readable lines show an environment's control characters as escapes (`\x1b`), so that an
+environment cannot drive the terminal; `--json` carries the exact text, JSON-escaped.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from spade_jax import cli  # standard library only: the sandbox stays free of JA
 from . import bench
 from .contract import Limits, extract_code
 from .pool import DEFAULT_REQUIRE, Pool
+from .text import for_terminal
 from .validate import Options, validate_many
 
 
@@ -63,7 +66,7 @@ def _line(row: dict) -> str:
         mark = "ERROR"
     else:
         mark = "ADMITTED" if row["admitted"] else f"REJECTED {row['check']} [{row['status']}]"
-    return f"{row['file']}: {mark} {row['reason']}".rstrip()
+    return for_terminal(f"{row['file']}: {mark} {row['reason']}".rstrip(), one_line=True)
 
 
 def cmd_validate(args) -> int:
@@ -86,7 +89,7 @@ def cmd_validate(args) -> int:
 def cmd_play(args) -> int:
     text, err = _read(args.file)
     if text is None:
-        print(f"{args.file}: {err}", file=sys.stderr)
+        print(for_terminal(f"{args.file}: {err}", one_line=True), file=sys.stderr)
         return 2
     with _pool(args) as pool:
         if args.solution:
@@ -107,8 +110,9 @@ def cmd_play(args) -> int:
         else:
             head = "reset" if i == 0 else f"step {i} {row['action']!r}"
             flags = f"reward={r.reward:g} terminated={r.terminated} truncated={r.truncated}"
-            print(f"--- {head}: {r.status.value} {flags if i else ''} {r.reason}".rstrip())
-            print(r.observation)
+            print(for_terminal(f"--- {head}: {r.status.value} {flags if i else ''} {r.reason}".rstrip(),
+                               one_line=True))
+            print(for_terminal(r.observation))
     return 0 if all(r.ok for r in replies) else 1
 
 

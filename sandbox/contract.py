@@ -12,6 +12,8 @@ import enum
 import math
 import re
 
+from .text import is_text
+
 
 class Status(str, enum.Enum):
     OK = "OK"
@@ -32,10 +34,17 @@ class Limits:
     cpu_seconds: int = 60  # RLIMIT_CPU of each episode's child (whole episode)
     file_bytes: int = 16 << 20  # RLIMIT_FSIZE
     open_files: int = 64  # RLIMIT_NOFILE
-    tmpfs_bytes: int = 64 << 20  # size of each worker's private tmpfs, where the kernel allows one
+    # Each episode's own tmpfs (its temp dir), where the kernel allows one: bytes and files. Its
+    # pages are memory the address-space limit does not see; these caps bound them.
+    tmpfs_bytes: int = 64 << 20
+    tmpfs_inodes: int = 1024
+    max_tasks: int = 32  # processes + threads of one episode (RLIMIT_NPROC under its own uid)
     load_s: float = 10.0  # compile + exec + instantiate + first reset
     reset_s: float = 5.0
     step_s: float = 5.0
+    # Wall time one episode may keep the host waiting, all its requests together (time the host
+    # spends elsewhere is not counted): many steps each just under step_s add up to this.
+    episode_s: float = 30.0
     max_code_chars: int = 200_000
     max_action_chars: int = 8192
     max_observation_chars: int = 32768
@@ -91,11 +100,17 @@ class Invalid(Exception):
 
 
 def _json_size(x, budget: int, depth: int = 0) -> int:
-    """Size of decoded JSON data in characters, bounded; raises Invalid past the budget or depth."""
+    """Size of decoded JSON data in characters, bounded; raises Invalid past the budget or depth,
+    and for a string that is not text or a number that is not finite (a forged frame can carry
+    either; the child's own encoder marks them)."""
     if depth > 32:
         raise Invalid(Status.INVALID_RETURN, "info is nested too deeply")
     if isinstance(x, str):
+        if not is_text(x):
+            raise Invalid(Status.INVALID_RETURN, "info holds a string with a lone surrogate (not UTF-8 text)")
         n = len(x) + 2
+    elif isinstance(x, float) and not math.isfinite(x):
+        raise Invalid(Status.INVALID_RETURN, f"info holds the non-finite number {x!r}")
     elif isinstance(x, dict):
         n = 2 + sum(_json_size(k, budget, depth + 1) + _json_size(v, budget, depth + 1) for k, v in x.items())
     elif isinstance(x, list):
@@ -112,6 +127,8 @@ def _observation(obs, limits: Limits) -> str:
         raise Invalid(Status.INVALID_RETURN, f"observation is {_kind(obs)}, not str")
     if len(obs) > limits.max_observation_chars:
         raise Invalid(Status.OUTPUT_TOO_LARGE, f"observation of {len(obs)} chars over {limits.max_observation_chars}")
+    if not is_text(obs):
+        raise Invalid(Status.INVALID_RETURN, "observation has a lone surrogate (not UTF-8 text)")
     return obs
 
 
@@ -177,6 +194,8 @@ def check_solution(sol, limits: Limits) -> list | None:
         return None
     if not isinstance(sol, list) or len(sol) > 1000 or not all(isinstance(a, str) for a in sol):
         raise Invalid(Status.INVALID_RETURN, "solution() must return a list of str")
+    if not all(is_text(a) for a in sol):
+        raise Invalid(Status.INVALID_RETURN, "solution() returned a string with a lone surrogate")
     if any(len(a) > limits.max_action_chars for a in sol):
         raise Invalid(Status.OUTPUT_TOO_LARGE, "solution() action over the action cap")
     return sol

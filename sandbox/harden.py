@@ -1,44 +1,40 @@
-"""Kernel-level isolation for episode children, and for the worker processes that fork them.
+"""What each episode child does to itself before any untrusted code runs (`harden_child`).
 
-Two layers. A worker ("zygote") sets up what is shared by all its children once, at start:
-a network namespace with nothing in it, and a private mount namespace with a size-capped tmpfs
-for episode temp dirs (as root directly; otherwise inside a user namespace, where the kernel
-allows one). Each child then hardens itself, in `harden_child`, before any untrusted code runs:
-new session, inherited descriptors closed, rlimits with hard = soft, a private temp dir, no root
-and no capabilities, not dumpable, no_new_privs, parent-death signal, Landlock (reads limited to
-the standard library, writes to the temp dir, no TCP, no signals out of the domain) and a seccomp
-filter (no sockets, fork, exec, ptrace, mounts, namespaces, kernel modules, io_uring, or signals
-to other processes; clone3 answers ENOSYS so that glibc falls back to clone() for threads).
+In order: a new session; inherited descriptors closed; its own temp dir, a tmpfs of its own
+where the worker has a mount namespace (size- and inode-capped: file pages and inodes are memory
+the address-space limit does not see); rlimits with hard = soft; its own identity, then no
+capabilities; not dumpable; no_new_privs; parent-death signal; Landlock (reads limited to the
+standard library, writes to the temp dir, no TCP, no signals out of the domain); the seccomp
+filter (seccomp.py).
 
-Everything here is best effort per mechanism and reported as facts; `worker.probe` checks what
-is really in force, and the pool's `require` setting turns a missing protection into an error.
+The identity: as real root, each episode runs under a uid of its own, UID_BASE + its host pid
+(unique while the episode lives, since its pid is held until the host ends the episode). The
+kernel then refuses on its own to let one episode signal, renice, re-limit or re-pin another,
+whatever pool it belongs to, and RLIMIT_NPROC, which counts per uid, caps the episode's threads
+and processes. Without root every child runs as the one unprivileged user, and only seccomp
+keeps episodes apart. Everything here is best effort per mechanism and reported as facts; the
+probe checks what is really in force, and the pool's `require` setting judges it.
 """
 
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import resource
 import signal
 import struct
 import sysconfig
-import tempfile
+
+from . import namespaces, seccomp
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
-try:  # pyseccomp raises at import when libseccomp.so.2 is absent: report, do not crash
-    import pyseccomp as _seccomp
-except Exception as e:  # noqa: BLE001
-    _seccomp, SECCOMP_IMPORT_ERROR = None, f"{type(e).__name__}: {e}"
-else:
-    SECCOMP_IMPORT_ERROR = ""
-
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET, CLONE_THREAD = 0x20000, 0x10000000, 0x40000000, 0x10000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
 NOBODY = 65534
+# Episode uids: UID_BASE + pid, pids below PID_SPAN (the kernel's largest pid_max). The range
+# 0x70000000.. is one systemd documents as unused (below it: container ranges; above 2^31: trouble).
+UID_BASE, PID_SPAN = 0x70000000, 1 << 22
 SYS_LL_CREATE, SYS_LL_ADD, SYS_LL_RESTRICT = 444, 445, 446  # the same on every architecture
 
 
@@ -51,42 +47,6 @@ def _check(ret: int, what: str) -> int:
 
 def prctl(option: int, arg: int = 0) -> int:
     return _check(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl({option})")
-
-
-# ----------------------------------------------------------------------------- worker level
-
-
-def setup_worker(tmp_root: str, tmpfs_bytes: int) -> dict:
-    """Namespaces shared by all children of one worker. Returns facts (what succeeded)."""
-    facts = {"netns": False, "mountns": False, "userns": False, "tmpfs": False}
-    uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWNET | CLONE_NEWNS
-    if uid != 0:
-        flags |= CLONE_NEWUSER  # unprivileged: the user namespace is what lets us make the others
-    if _libc.unshare(flags) == 0:
-        facts.update(netns=True, mountns=True, userns=uid != 0)
-        if uid != 0:
-            # Identity map: files keep their owners, and the host can still signal the worker.
-            for path, data in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
-                               ("/proc/self/gid_map", f"{gid} {gid} 1")):
-                with open(path, "w") as f:
-                    f.write(data)
-    elif _libc.unshare(CLONE_NEWNET) == 0:
-        facts["netns"] = True
-    if facts["mountns"]:
-        # Private propagation first, or the tmpfs would show up in the host's namespace.
-        if _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0:
-            opts = f"size={tmpfs_bytes},mode=0711".encode()
-            facts["tmpfs"] = _libc.mount(b"tmpfs", tmp_root.encode(), b"tmpfs",
-                                         MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) == 0
-    facts["landlock_abi"] = max(0, _libc.syscall(SYS_LL_CREATE, None, 0, 1))
-    facts["read_dirs"] = stdlib_dirs()  # computed here: sysconfig imports lazily, children cannot
-    facts["seccomp_lib"] = _seccomp is not None
-    facts["seccomp_error"] = SECCOMP_IMPORT_ERROR
-    return facts
-
-
-# ----------------------------------------------------------------------------- child level
 
 
 def close_fds(keep: tuple[int, ...]) -> None:
@@ -109,12 +69,27 @@ def set_rlimits(memory_bytes: int, cpu_seconds: int, file_bytes: int, open_files
         resource.setrlimit(res, (n, n))
 
 
-def drop_privileges() -> None:
-    """No root, no capabilities. As root we become nobody; in a user namespace, drop the caps."""
+def set_task_limit(n: int) -> None:
+    """RLIMIT_NPROC: tasks (processes and threads) of this uid; only meaningful under a uid that
+    belongs to this episode alone."""
+    resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+
+
+def episode_uid(hostproc: int | None) -> int:
+    """UID_BASE + this process's pid as the host's /proc names it (the worker may have its own
+    pid namespace, where os.getpid() is small and shared with other workers' episodes)."""
+    pid = int(os.readlink("self", dir_fd=hostproc)) if hostproc is not None else os.getpid()
+    if not 0 < pid < PID_SPAN:
+        raise OSError(f"pid {pid} outside the episode uid range")
+    return UID_BASE + pid
+
+
+def drop_privileges(uid: int) -> None:
+    """No root, no capabilities. As root we become `uid`; in a user namespace, drop the caps."""
     if os.getuid() == 0:
         os.setgroups([])
-        os.setresgid(NOBODY, NOBODY, NOBODY)
-        os.setresuid(NOBODY, NOBODY, NOBODY)  # leaving uid 0 clears every capability
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # leaving uid 0 clears every capability
     header = struct.pack("Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     data = bytes(24)  # two zeroed {effective, permitted, inheritable} words
     _check(_libc.capset(header, data), "capset")
@@ -165,90 +140,38 @@ def landlock(read_dirs: list[str], rw_dir: str, abi: int) -> None:
 
 
 def stdlib_dirs() -> list[str]:
-    paths = sysconfig.get_paths()
-    dirs = {paths["stdlib"], paths["platstdlib"], os.path.join(paths["platstdlib"], "lib-dynload")}
-    return sorted(d for d in dirs if os.path.isdir(d))
+    """The standard library and its extension modules. Not sysconfig's platstdlib: in a venv
+    that is the venv's lib directory, site-packages included."""
+    dirs = {os.path.dirname(os.__file__), sysconfig.get_config_var("DESTSHARED") or ""}
+    return sorted(d for d in dirs if d and os.path.isdir(d))
 
 
-# Denied with EPERM. Names libseccomp does not know on this system are skipped.
-_DENY = """
-socket socketpair connect bind listen accept accept4 sendmmsg recvmmsg
-fork vfork execve execveat ptrace process_vm_readv process_vm_writev kcmp
-pidfd_open pidfd_getfd pidfd_send_signal tkill
-mount umount2 pivot_root chroot move_mount open_tree fsopen fsmount fsconfig fspick mount_setattr
-unshare setns init_module finit_module delete_module kexec_load kexec_file_load reboot
-swapon swapoff syslog acct quotactl settimeofday clock_settime clock_adjtime adjtimex
-sethostname setdomainname iopl ioperm name_to_handle_at open_by_handle_at vhangup mknod mknodat
-setuid setgid setreuid setregid setresuid setresgid setgroups setfsuid setfsgid capset personality
-bpf perf_event_open userfaultfd keyctl add_key request_key io_uring_setup io_uring_enter
-io_uring_register mbind migrate_pages move_pages set_mempolicy process_madvise fanotify_init
-lookup_dcookie uselib
-""".split()
-
-
-_PID_SENTINEL = 0x5EC0FFEE  # stands for "this child's pid" in the compiled program
-
-
-def seccomp_program() -> bytes:
-    """Compile the filter once per worker (libseccomp takes milliseconds to do it); each child
-    patches in its own pid and loads the raw BPF, which takes microseconds."""
-    if _seccomp is None:
-        raise OSError(errno.ENOSYS, f"seccomp unavailable: {SECCOMP_IMPORT_ERROR}")
-    s = _seccomp
-    f = s.SyscallFilter(s.ALLOW)
-    eperm = s.ERRNO(errno.EPERM)
-    for name in _DENY:
-        try:
-            f.add_rule(eperm, name)
-        except (OSError, RuntimeError, ValueError):
-            pass  # not a syscall on this architecture or libseccomp version
-    f.add_rule(s.ERRNO(errno.ENOSYS), "clone3")  # glibc then uses clone(), which we can inspect
-    f.add_rule(eperm, "clone", s.Arg(0, s.MASKED_EQ, CLONE_THREAD, 0))  # a process, not a thread
-    for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
-        f.add_rule(eperm, name, s.Arg(0, s.NE, _PID_SENTINEL))  # signals only to ourselves
-    with tempfile.TemporaryFile() as tf:
-        f.export_bpf(tf)
-        tf.seek(0)
-        prog = tf.read()
-    if not prog or len(prog) % 8 or _PID_SENTINEL not in _ks(prog):
-        raise OSError(errno.EINVAL, "unexpected seccomp program from libseccomp")
-    return prog
-
-
-def _ks(prog: bytes) -> list[int]:
-    return [k for (_, _, _, k) in struct.iter_unpack("=HBBI", prog)]
-
-
-class _Fprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
-def load_seccomp(prog: bytes, own_pid: int) -> None:
-    buf = ctypes.create_string_buffer(prog, len(prog))
-    for i, k in enumerate(_ks(prog)):
-        if k == _PID_SENTINEL:
-            struct.pack_into("=I", buf, 8 * i + 4, own_pid)
-    fprog = _Fprog(len(prog) // 8, ctypes.addressof(buf))
-    PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+def make_tmp_dir(tmp_dir: str, uid: int, limits, facts: dict) -> None:
+    os.mkdir(tmp_dir, 0o700)
+    if facts.get("tmpfs") and namespaces.mount_episode_tmpfs(tmp_dir, limits.tmpfs_bytes,
+                                                              limits.tmpfs_inodes, uid):
+        return
+    if os.getuid() == 0:
+        os.chown(tmp_dir, uid, uid)
 
 
 def harden_child(*, parent: int, keep_fds: tuple[int, ...], tmp_dir: str, limits, facts: dict,
-                 seccomp_prog: bytes | None) -> None:
+                 seccomp_prog: bytes | None, hostproc: int | None) -> None:
     """Everything a freshly forked episode child does before it may read untrusted code."""
     os.setsid()
+    uid = episode_uid(hostproc) if facts.get("own_uid") else NOBODY  # before the fds go
     close_fds(keep_fds)
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    os.mkdir(tmp_dir, 0o700)
-    if os.getuid() == 0:
-        os.chown(tmp_dir, NOBODY, NOBODY)
+    make_tmp_dir(tmp_dir, uid, limits, facts)
     os.chdir(tmp_dir)
     os.environ["TMPDIR"] = os.environ["HOME"] = tmp_dir
     set_rlimits(limits.memory_bytes, limits.cpu_seconds, limits.file_bytes, limits.open_files)
-    drop_privileges()
+    drop_privileges(uid)
+    if uid != NOBODY:
+        set_task_limit(limits.max_tasks)
     set_parent_death_signal(parent)
     prctl(PR_SET_DUMPABLE, 0)  # /proc/<pid>/mem and ptrace closed to siblings of the same uid
     prctl(PR_SET_NO_NEW_PRIVS, 1)
@@ -261,6 +184,6 @@ def harden_child(*, parent: int, keep_fds: tuple[int, ...], tmp_dir: str, limits
             pass
     if seccomp_prog:
         try:
-            load_seccomp(seccomp_prog, os.getpid())
+            seccomp.load(seccomp_prog, os.getpid())
         except OSError:
             pass

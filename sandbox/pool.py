@@ -15,19 +15,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import select
-import shutil
 import signal
 import tempfile
 import time
 from typing import Hashable, Iterable, Iterator, Mapping
 
-from . import protocol
+from . import cleanup, probe, protocol
 from .contract import Invalid, Limits, Reply, Status, check_reset, check_solution, check_step
+from .text import clean, is_text
 from .zygotes import Zygote
 
-PROTECTIONS = ("rlimits", "seccomp", "landlock", "unprivileged", "no_new_privs", "pdeathsig",
-               "netns", "userns", "tmpfs")
-DEFAULT_REQUIRE = ("rlimits", "seccomp", "unprivileged", "no_new_privs", "pdeathsig")
+PROTECTIONS, DEFAULT_REQUIRE = probe.PROTECTIONS, probe.DEFAULT_REQUIRE
 _CHILD_ERRORS = {s.value for s in (Status.ENV_ERROR, Status.OOM, Status.OUTPUT_TOO_LARGE,
                                    Status.INVALID_RETURN, Status.PROTOCOL_ERROR)}
 
@@ -48,12 +46,16 @@ class Start:
 
 
 class _Episode:
-    __slots__ = ("id", "worker", "wfd", "rfd", "reader", "op", "deadline", "key")
+    __slots__ = ("id", "worker", "wfd", "rfd", "reader", "op", "deadline", "key", "used", "mark",
+                 "budget_cut")
 
     def __init__(self, eid: int, worker: Zygote, wfd: int, rfd: int, cap: int):
         self.id, self.worker, self.wfd, self.rfd = eid, worker, wfd, rfd
         self.reader = protocol.FrameReader(rfd, cap)
         self.op, self.deadline, self.key = None, 0.0, eid
+        # Wall-time budget: seconds charged so far, and the pool's poll clock when the request
+        # in flight was sent; budget_cut: its deadline is the budget's, not the request's.
+        self.used, self.mark, self.budget_cut = 0.0, 0.0, False
 
 
 class Pool:
@@ -72,6 +74,7 @@ class Pool:
         self._inflight: dict[int, _Episode] = {}  # read fd -> episode with a request out
         self._ready: dict[int, Reply] = {}  # episode id -> reply read but not yet handed out
         self._poller = select.poll()
+        self._polled = 0.0  # seconds spent waiting in poll(): what episodes are charged from
         self._next_id, self._rr = 0, 0
         self._workers: list[Zygote] = []
         try:
@@ -118,6 +121,8 @@ class Pool:
             s = Start(s) if isinstance(s, str) else s
             if len(s.code) > self.limits.max_code_chars:
                 raise ValueError(f"code of {len(s.code)} chars over max_code_chars")
+            if not is_text(s.code):
+                raise ValueError("code has a lone surrogate (not UTF-8 text)")
             _check_seed(s.seed)
             ep = self._new_episode(s.worker)
             ep.key = key
@@ -127,9 +132,10 @@ class Pool:
         return ids
 
     def submit_steps(self, actions: Mapping[int, str], timeout: float | None = None) -> None:
-        """Actions longer than limits.max_action_chars are cut to that length."""
+        """Actions longer than limits.max_action_chars are cut to that length; lone surrogates
+        (not text) become U+FFFD."""
         n = self.limits.max_action_chars
-        self._submit_batch({e: {"op": "step", "action": str(a)[:n]} for e, a in actions.items()},
+        self._submit_batch({e: {"op": "step", "action": _text(str(a)[:n])} for e, a in actions.items()},
                            self.limits.step_s if timeout is None else timeout)
 
     def submit_resets(self, seeds: Mapping[int, int | None], timeout: float | None = None) -> None:
@@ -157,8 +163,9 @@ class Pool:
                 if self._read_ready(0):
                     continue
                 for ep in [ep for ep in self._inflight.values() if ep.deadline <= now]:
-                    self._ready[ep.id] = self._fail(ep, Status.TIMEOUT,
-                                                    f"{ep.op}: no reply within the deadline; killed")
+                    why = (f"the episode's wall-time budget of {self.limits.episode_s:g} s is used up"
+                           if ep.budget_cut else "no reply within the deadline")
+                    self._ready[ep.id] = self._fail(ep, Status.TIMEOUT, f"{ep.op}: {why}; killed")
                 continue
             until = min(ep.deadline for ep in waiting)
             until = until if limit is None else min(until, limit)
@@ -167,7 +174,10 @@ class Pool:
     def _read_ready(self, timeout_ms: int) -> bool:
         """Reads every reply that is complete within `timeout_ms`; True if any was."""
         got = False
-        for fd, _ in self._poller.poll(timeout_ms):
+        t = time.monotonic()
+        events = self._poller.poll(timeout_ms)
+        self._polled += time.monotonic() - t
+        for fd, _ in events:
             ep = self._inflight.get(fd)
             if ep is not None:
                 reply = self._read(ep)
@@ -208,7 +218,8 @@ class Pool:
         return len(self._workers)
 
     def worker_pids(self) -> list[int]:
-        return [z.proc.pid for z in self._workers]
+        """The processes that fork episodes (with a pid namespace, the zygote inside it)."""
+        return [z.facts.get("zygote_pid") or z.proc.pid for z in self._workers]
 
     def close(self) -> None:
         for ep in list(self._episodes.values()):
@@ -216,7 +227,7 @@ class Pool:
         for z in self._workers:
             z.stop()
         self._workers = []
-        shutil.rmtree(self._root, ignore_errors=True)
+        cleanup.rmtree(self._root)
 
     def __enter__(self) -> "Pool":
         return self
@@ -228,7 +239,7 @@ class Pool:
 
     def _restart(self, z: Zygote) -> None:
         z.stop()
-        shutil.rmtree(z.root, ignore_errors=True)
+        cleanup.rmtree(z.root)
         self._workers[z.index] = Zygote(z.index, self._root, self.limits).ready()
 
     def _probe(self) -> dict:
@@ -248,16 +259,7 @@ class Pool:
         if checks is None:
             reason = frames[0].get("reason") if frames else "probe child died"
             raise RuntimeError(f"sandbox probe failed: {reason}")
-        facts = self._workers[0].facts
-        out = {k: bool(checks.get(k)) for k in ("rlimits", "seccomp", "landlock", "unprivileged",
-                                               "no_new_privs", "pdeathsig")}
-        out.update({k: bool(facts.get(k)) for k in ("netns", "userns", "tmpfs")})
-        out["landlock"] = out["landlock"] and facts.get("landlock_abi", 0) > 0
-        out["threads"] = bool(checks.get("threads"))
-        out["landlock_abi"] = facts.get("landlock_abi", 0)
-        if facts.get("seccomp_error"):
-            out["seccomp_error"] = facts["seccomp_error"]
-        return out
+        return probe.report(checks, self._workers[0].facts)
 
     def _new_episode(self, worker: int | None, op: str = "spawn") -> _Episode:
         if worker is None:
@@ -298,7 +300,13 @@ class Pool:
             self._submit(ep, req, timeout)
 
     def _submit(self, ep: _Episode, req: dict, timeout: float) -> None:
-        ep.op, ep.deadline = req["op"], time.monotonic() + timeout
+        left = self.limits.episode_s - ep.used
+        ep.op, ep.budget_cut = req["op"], left < timeout
+        ep.deadline, ep.mark = time.monotonic() + min(timeout, left), self._polled
+        if left <= 0:
+            self._ready[ep.id] = self._fail(ep, Status.TIMEOUT, f"{req['op']}: the episode's wall-time "
+                                                                f"budget of {self.limits.episode_s:g} s is used up")
+            return
         try:
             protocol.write_all(ep.wfd, protocol.encode(req), ep.deadline)
         except BrokenPipeError:
@@ -339,6 +347,9 @@ class Pool:
 
     def _reply(self, ep: _Episode, msg) -> Reply:
         op = ep.op
+        # Charged: the time the host spent waiting while this request was out. Time the host
+        # spent elsewhere (sampling on the device) is never charged to the episode.
+        ep.used += self._polled - ep.mark
         self._settle(ep)
         if not isinstance(msg, dict):
             return self._fail(ep, Status.PROTOCOL_ERROR, "reply is not an object")
@@ -347,7 +358,7 @@ class Pool:
             if err not in _CHILD_ERRORS or not isinstance(reason, str):
                 return self._fail(ep, Status.PROTOCOL_ERROR, "malformed error reply")
             phase = msg.get("phase") if op == "start" and isinstance(msg.get("phase"), str) else ""
-            return self._fail(ep, Status(err), f"{op}: {reason[:500]}", phase[:20])
+            return self._fail(ep, Status(err), f"{op}: {clean(reason[:500])}", clean(phase[:20]))
         phase = "reset" if op == "start" else ""
         try:
             if op in ("start", "reset"):
@@ -408,6 +419,10 @@ class Pool:
                 self._restart(z)
             return None
         return z.ended(ep.id) if want_status else None
+
+
+def _text(s: str) -> str:
+    return s if is_text(s) else s.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def _check_seed(seed) -> None:

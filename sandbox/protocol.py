@@ -2,8 +2,10 @@
 
 A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON. Readers check
 the length against a cap *before* reading the body, so a hostile writer can make us read at most
-`cap` bytes. NaN and infinities are not JSON: the host parser refuses them (a hostile reward of
-NaN must fail a check, not slip through as a float), and nothing is ever unpickled.
+`cap` bytes. NaN and infinities are not JSON: the host parser refuses them, whether spelled as
+constants or as numbers too large for a float (`1e999`), so that a hostile reward or info value
+fails a check instead of slipping through as a float. Bodies must be valid UTF-8 (a forged frame
+may not carry surrogate bytes), and nothing is ever unpickled.
 """
 
 from __future__ import annotations
@@ -31,17 +33,26 @@ def _refuse_constant(name: str):
     raise ValueError(f"non-finite number {name} in JSON")
 
 
+def _finite_float(text: str) -> float:
+    x = float(text)
+    if x - x != 0.0:  # inf - inf is nan; nan - nan is nan: only finite numbers pass
+        raise ValueError(f"non-finite number {text[:40]} in JSON")
+    return x
+
+
 def decode(body: bytes):
     try:
-        return json.loads(body, parse_constant=_refuse_constant)
+        # Strict UTF-8 first: json.loads(bytes) would accept encoded surrogates.
+        return json.loads(body.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise FrameError(f"bad JSON frame: {str(e)[:200]}") from None
 
 
 def encode(obj) -> bytes:
     # allow_nan stays on here: the *sender* may be the untrusted side reporting what it got, and
-    # the receiver's parse_constant is what rejects it.
-    body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    # the receiver's parse_constant is what rejects it. A lone surrogate raises here
+    # (UnicodeEncodeError): the sender checks its strings first.
+    body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return HEADER.pack(len(body)) + body
 
 

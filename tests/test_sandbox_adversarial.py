@@ -252,7 +252,8 @@ def test_root_owned_files_are_out_of_reach(checked, tmp_path):
         result = type(e).__name__
     """
     r = step_once(checked, env(body))
-    assert r.ok and r.observation == "PermissionError"
+    # Refused, or not even there: with its own root, the worker's view has no host files at all.
+    assert r.ok and r.observation in ("PermissionError", "FileNotFoundError"), r
     assert victim.read_text() == "original"
 
 

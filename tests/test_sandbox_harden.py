@@ -6,17 +6,17 @@ import sys
 
 import pytest
 
-from spade_jax.sandbox import harden
+from spade_jax.sandbox import seccomp
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(harden.__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(seccomp.__file__)))
 
 
 def test_missing_libseccomp_is_reported_not_fatal():
     # Without pyseccomp (or libseccomp.so.2 behind it) the module still imports and says why.
     code = ("import sys; sys.modules['pyseccomp'] = None\n"
-            "from sandbox import harden\n"
-            "print(repr(harden.SECCOMP_IMPORT_ERROR))\n"
-            "try:\n    harden.seccomp_program()\nexcept OSError as e:\n    print('refused', e.errno)\n")
+            "from sandbox import seccomp\n"
+            "print(repr(seccomp.SECCOMP_IMPORT_ERROR))\n"
+            "try:\n    seccomp.program()\nexcept OSError as e:\n    print('refused', e.errno)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     first, second = out.stdout.splitlines()
@@ -24,7 +24,7 @@ def test_missing_libseccomp_is_reported_not_fatal():
 
 
 def test_compiled_filter_has_the_pid_slot():
-    if harden._seccomp is None:
-        pytest.skip(f"pyseccomp unavailable here: {harden.SECCOMP_IMPORT_ERROR}")
-    prog = harden.seccomp_program()
-    assert len(prog) % 8 == 0 and harden._ks(prog).count(harden._PID_SENTINEL) >= 1
+    if seccomp._seccomp is None:
+        pytest.skip(f"pyseccomp unavailable here: {seccomp.SECCOMP_IMPORT_ERROR}")
+    prog = seccomp.program()
+    assert len(prog) % 8 == 0 and seccomp.ks(prog).count(seccomp.PID_SENTINEL) >= 1
