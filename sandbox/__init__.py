@@ -14,9 +14,10 @@ What the self-play loop uses:
         pool.submit_steps(...); pool.wait(episodes)                # the same, split in two
         pool.end_many(episodes)                                    # abandon
 
-Layout: protocol.py (JSON frames), contract.py (limits, typed outcomes, reply checks),
-harden.py (rlimits, seccomp, Landlock, namespaces), worker.py (the zygote process and its
-episode children), zygotes.py (host-side worker handles), pool.py (the batched API),
-validate.py (admission), bench.py and __main__.py (command line), starters/ (hand-written
-environments by skill).
+Layout: protocol.py (JSON frames), text.py (what text may cross), contract.py (limits, typed
+outcomes, reply checks), outcomes.py (replies and exits to outcomes), seccomp.py, namespaces.py,
+harden.py (the child's hardening), cgroups.py, cleanup.py, episode.py (the child's side),
+worker.py (the zygote), zygotes.py (host-side worker handles), probe.py, pool.py (the batched
+API), probes.py, admission.py and validate.py (admission), execute.py, bench.py and
+__main__.py (command line), starters/ (hand-written environments by skill).
 """

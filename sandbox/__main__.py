@@ -1,6 +1,6 @@
 """Command line: check environments by hand, and measure the sandbox.
 
-  python -m spade_jax.sandbox validate FILE... [--json]
+  python -m spade_jax.sandbox validate FILE... [--json] [--seed N]
   python -m spade_jax.sandbox play FILE --seed S --actions A1 A2 ... [--solution] [--json]
   python -m spade_jax.sandbox bench
   python -m spade_jax.sandbox probe
@@ -78,7 +78,7 @@ def cmd_validate(args) -> int:
             judged[len(rows) - 1] = text
     if judged:
         with _pool(args) as pool:
-            verdicts = validate_many(pool, list(judged.values()), Options(total_s=args.total_s))
+            verdicts = validate_many(pool, list(judged.values()), Options(total_s=args.total_s, seed=args.seed))
         for i, v in zip(judged, verdicts):
             rows[i] = {"file": args.files[i], **v.to_json()}
     for row in rows:
@@ -146,6 +146,8 @@ def parser() -> argparse.ArgumentParser:
                    help="environment programs (code, or a reply with a fenced python block)")
     v.add_argument("--json", action="store_true", help="one JSON object per file instead of a line")
     v.add_argument("--total_s", type=float, default=60.0, help="deadline per environment")
+    v.add_argument("--seed", type=int, default=None,
+                   help="seed of the validator's draws (reset seeds, probe actions); default: fresh")
     common(v)
     v.set_defaults(fn=cmd_validate)
 

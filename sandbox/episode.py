@@ -105,11 +105,14 @@ def _answer(req: dict, state: dict, cap: int):
 
 
 def _shift_heap() -> list:
-    """Allocations of random number and size, kept alive for the episode: two episodes forked
-    from one worker would otherwise lay out their objects alike, and an id()-based "secret"
-    would look deterministic to validation."""
-    pad = [bytes(random.randrange(1, 600)) for _ in range(random.randrange(64, 1024))]
-    pad.append(bytearray(random.randrange(1, 1 << 17)))
+    """Allocations of random number in every small-object size class, kept alive for the
+    episode: two episodes forked from one worker would otherwise lay out their objects alike,
+    and an id()-based "secret" would look deterministic to validation."""
+    r, k = random.randrange, random.randbytes(32)
+    pad = [object() for _ in range(r(1, 128))] + [float(i) for i in range(r(1, 128))]
+    for j, n in enumerate(range(1, 480, 16)):
+        pad += [bytes(n + k[j] // 16) for _ in range(1 + k[j] % 12)]
+    pad.append(bytearray(r(1, 1 << 17)))
     return pad
 
 

@@ -25,7 +25,7 @@ import signal
 import struct
 import sysconfig
 
-from . import namespaces, seccomp
+from . import cgroups, namespaces, seccomp
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -156,10 +156,13 @@ def make_tmp_dir(tmp_dir: str, uid: int, limits, facts: dict) -> None:
 
 
 def harden_child(*, parent: int, keep_fds: tuple[int, ...], tmp_dir: str, limits, facts: dict,
-                 seccomp_prog: bytes | None, hostproc: int | None) -> None:
-    """Everything a freshly forked episode child does before it may read untrusted code."""
+                 seccomp_prog: bytes | None, hostproc: int | None,
+                 cgroup: tuple[int, str] | None = None) -> dict:
+    """Everything a freshly forked episode child does before it may read untrusted code.
+    Returns what only the child can tell (whether it sits in its cgroup)."""
     os.setsid()
     uid = episode_uid(hostproc) if facts.get("own_uid") else NOBODY  # before the fds go
+    notes = {"cgroup": bool(cgroup) and cgroups.join(*cgroup)}  # while still privileged
     close_fds(keep_fds)
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
@@ -187,3 +190,4 @@ def harden_child(*, parent: int, keep_fds: tuple[int, ...], tmp_dir: str, limits
             seccomp.load(seccomp_prog, os.getpid())
         except OSError:
             pass
+    return notes

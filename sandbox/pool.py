@@ -2,8 +2,9 @@
 
 The self-play loop starts many episodes at once and steps all live ones with `step_many`, which
 sends every action before it returns and then yields checked replies in the order they finish;
-the host can sample on the device while children compute. Every request carries a deadline;
-a child that misses it is SIGKILLed by its worker. Replies are checked here (contract.py), never
+the host can sample on the device while children compute. Every request carries a deadline, and
+every episode a wall-time budget over all its requests (Limits.episode_s), charged only with
+time the host spent waiting for it; a child that misses either is SIGKILLed by its worker. Replies are checked here (contract.py), never
 trusted. Nothing here forks the calling process: workers are started with `subprocess`.
 
 Not thread-safe: drive a pool from one thread, and create it from a thread that outlives it (the
@@ -15,19 +16,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import select
-import signal
 import tempfile
 import time
 from typing import Hashable, Iterable, Iterator, Mapping
 
-from . import cleanup, probe, protocol
-from .contract import Invalid, Limits, Reply, Status, check_reset, check_solution, check_step
-from .text import clean, is_text
+from . import cgroups, cleanup, outcomes, probe, protocol
+from .contract import Limits, Reply, Status
+from .text import is_text
 from .zygotes import Zygote
 
 PROTECTIONS, DEFAULT_REQUIRE = probe.PROTECTIONS, probe.DEFAULT_REQUIRE
-_CHILD_ERRORS = {s.value for s in (Status.ENV_ERROR, Status.OOM, Status.OUTPUT_TOO_LARGE,
-                                   Status.INVALID_RETURN, Status.PROTOCOL_ERROR)}
 
 
 class SandboxUnavailable(RuntimeError):
@@ -77,11 +75,12 @@ class Pool:
         self._polled = 0.0  # seconds spent waiting in poll(): what episodes are charged from
         self._next_id, self._rr = 0, 0
         self._workers: list[Zygote] = []
+        self._cgroup, cgroup_error = cgroups.pool_dir()
         try:
-            self._workers = [Zygote(i, self._root, limits) for i in range(workers)]
+            self._workers = [Zygote(i, self._root, limits, self._cgroup or "") for i in range(workers)]
             for z in self._workers:
                 z.ready()
-            self.protections = self._probe()
+            self.protections = self._probe(cgroup_error)
         except BaseException:
             self.close()
             raise
@@ -228,6 +227,9 @@ class Pool:
             z.stop()
         self._workers = []
         cleanup.rmtree(self._root)
+        if self._cgroup:
+            cgroups.remove(self._cgroup)
+            self._cgroup = None
 
     def __enter__(self) -> "Pool":
         return self
@@ -240,26 +242,15 @@ class Pool:
     def _restart(self, z: Zygote) -> None:
         z.stop()
         cleanup.rmtree(z.root)
-        self._workers[z.index] = Zygote(z.index, self._root, self.limits).ready()
+        self._workers[z.index] = Zygote(z.index, self._root, self.limits, self._cgroup or "").ready()
 
-    def _probe(self) -> dict:
+    def _probe(self, cgroup_error: str) -> dict:
         ep = self._new_episode(0, op="probe")
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([ep.rfd], [], [], left)[0]:
-                    raise RuntimeError("sandbox probe did not answer")
-                frames, eof = ep.reader.feed()
-                if frames or eof:
-                    break
+            checks = probe.answer(ep.rfd, ep.reader)
         finally:
             self._end(ep)
-        checks = frames[0].get("probe") if frames and isinstance(frames[0], dict) else None
-        if checks is None:
-            reason = frames[0].get("reason") if frames else "probe child died"
-            raise RuntimeError(f"sandbox probe failed: {reason}")
-        return probe.report(checks, self._workers[0].facts)
+        return probe.report(checks, self._workers[0].facts, cgroup_error)
 
     def _new_episode(self, worker: int | None, op: str = "spawn") -> _Episode:
         if worker is None:
@@ -351,28 +342,10 @@ class Pool:
         # spent elsewhere (sampling on the device) is never charged to the episode.
         ep.used += self._polled - ep.mark
         self._settle(ep)
-        if not isinstance(msg, dict):
-            return self._fail(ep, Status.PROTOCOL_ERROR, "reply is not an object")
-        if "err" in msg:
-            err, reason = msg.get("err"), msg.get("reason")
-            if err not in _CHILD_ERRORS or not isinstance(reason, str):
-                return self._fail(ep, Status.PROTOCOL_ERROR, "malformed error reply")
-            phase = msg.get("phase") if op == "start" and isinstance(msg.get("phase"), str) else ""
-            return self._fail(ep, Status(err), f"{op}: {clean(reason[:500])}", clean(phase[:20]))
-        phase = "reset" if op == "start" else ""
-        try:
-            if op in ("start", "reset"):
-                obs, info = check_reset(msg.get("ret"), self.limits)
-                phase = "solution" if op == "start" else ""
-                sol = check_solution(msg.get("solution"), self.limits) if op == "start" else None
-                return Reply(ep.key, ep.id, Status.OK, observation=obs, info=info, solution=sol)
-            obs, reward, term, trunc, info = check_step(msg.get("ret"), self.limits)
-        except Invalid as e:
-            return self._fail(ep, e.status, f"{op}: {e.reason}", phase)
-        except (OverflowError, TypeError, ValueError) as e:
-            return self._fail(ep, Status.INVALID_RETURN, f"{op}: {e}", phase)
-        reply = Reply(ep.key, ep.id, Status.OK, observation=obs, reward=reward, terminated=term,
-                      truncated=trunc, info=info)
+        status, reason, phase, fields = outcomes.from_message(op, msg, self.limits)
+        if status is not Status.OK:
+            return self._fail(ep, status, reason, phase)
+        reply = Reply(ep.key, ep.id, Status.OK, **fields)
         if reply.done:
             self._end(ep)
         return reply
@@ -380,18 +353,7 @@ class Pool:
     def _died(self, ep: _Episode) -> Reply:
         op = ep.op
         self._settle(ep)
-        st = self._end(ep, want_status=True)
-        if st is None:
-            return self._reply_error(ep, Status.CRASHED, f"{op}: the worker died")
-        if st.get("note"):
-            return self._reply_error(ep, Status.CRASHED, f"{op}: {str(st['note'])[:200]}")
-        sig, code = st.get("signal"), st.get("code")
-        if sig in (signal.SIGKILL, signal.SIGXCPU) and st.get("cpu_s", 0) >= self.limits.cpu_seconds - 0.5:
-            return self._reply_error(ep, Status.TIMEOUT, f"{op}: CPU time limit reached")
-        if sig is not None and st.get("maxrss_kb", 0) * 1024 > 0.8 * self.limits.memory_bytes:
-            return self._reply_error(ep, Status.OOM, f"{op}: killed by signal {sig} near the memory limit")
-        what = f"killed by signal {signal.Signals(sig).name}" if sig else f"exited with code {code}"
-        return self._reply_error(ep, Status.CRASHED, f"{op}: the environment process {what}")
+        return self._reply_error(ep, *outcomes.from_exit(op, self._end(ep, want_status=True), self.limits))
 
     def _fail(self, ep: _Episode, status: Status, reason: str, phase: str = "") -> Reply:
         self._end(ep)

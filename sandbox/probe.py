@@ -13,22 +13,24 @@ import ctypes
 import errno
 import os
 import resource
+import select
 import signal
 import socket
 import sys
 import threading
+import time
 
 from . import harden
 
 # Every protection the probe reports, in the order the README lists them.
 PROTECTIONS = ("rlimits", "seccomp", "landlock", "unprivileged", "no_new_privs", "pdeathsig",
                "netns", "userns", "tmpfs", "sysv_ipc", "memfd", "other_pids", "inotify", "own_uid",
-               "tasks", "episode_tmpfs", "ipcns", "pidns", "host_view")
+               "tasks", "episode_tmpfs", "ipcns", "pidns", "host_view", "cgroup")
 # What every pool requires unless told otherwise: these hold wherever seccomp and rlimits do.
 DEFAULT_REQUIRE = ("rlimits", "seccomp", "unprivileged", "no_new_privs", "pdeathsig", "sysv_ipc",
                    "memfd", "other_pids", "inotify")
 _CHILD = ("rlimits", "seccomp", "landlock", "unprivileged", "no_new_privs", "pdeathsig", "sysv_ipc",
-          "memfd", "other_pids", "inotify", "own_uid", "tasks", "episode_tmpfs")
+          "memfd", "other_pids", "inotify", "own_uid", "tasks", "episode_tmpfs", "cgroup")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -113,7 +115,24 @@ def _pdeathsig() -> int:
     return out.value
 
 
-def report(child: dict, facts: dict) -> dict:
+def answer(rfd: int, reader, timeout: float = 30.0) -> dict:
+    """The probe child's checks, read from its reply pipe (host side)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([rfd], [], [], left)[0]:
+            raise RuntimeError("sandbox probe did not answer")
+        frames, eof = reader.feed()
+        if frames or eof:
+            break
+    checks = frames[0].get("probe") if frames and isinstance(frames[0], dict) else None
+    if not isinstance(checks, dict):
+        reason = frames[0].get("reason") if frames and isinstance(frames[0], dict) else "probe child died"
+        raise RuntimeError(f"sandbox probe failed: {reason}")
+    return checks
+
+
+def report(child: dict, facts: dict, cgroup_error: str = "") -> dict:
     """Pool.protections from the probe child's answers and worker 0's facts."""
     out = {k: bool(child.get(k)) for k in _CHILD}
     out.update({k: bool(facts.get(k)) for k in ("netns", "userns", "tmpfs", "ipcns", "pidns")})
@@ -123,4 +142,6 @@ def report(child: dict, facts: dict) -> dict:
     out["landlock_abi"] = facts.get("landlock_abi", 0)
     if facts.get("seccomp_error"):
         out["seccomp_error"] = facts["seccomp_error"]
+    if not out["cgroup"]:
+        out["cgroup_error"] = cgroup_error or "the probe episode was not in its cgroup"
     return out

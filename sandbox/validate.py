@@ -1,62 +1,60 @@
 """Admission of a generated environment (docs/method.md §2, made stricter).
 
-An environment is admitted only if, within one overall deadline:
+An environment is admitted only if, within its own deadline (`Options.total_s`, counted from the
+start of its own validation; at most `Options.parallel` environments are validated at once, so
+the programs of one regeneration do not use up each other's time):
   1. its code loads: it compiles, exactly one `...Env` class is found (a base class and its
      subclass count as one) and it instantiates, with no arguments or else with max_turns=;
-  2. `reset(42)` returns (non-empty str, dict), three probe actions each return a well-typed
-     5-tuple (stopping early if done), and `reset(123)` succeeds;
-  3. it is deterministic: the same seed and actions give an identical transcript in a second
-     episode on a different worker (each child reseeds the global `random` from fresh entropy,
-     so unseeded randomness shows up here);
-  4. degenerate policies (empty, garbage, very long and "shotgun" actions) neither win nor break
-     it, and no win (from any probe or its own solution()) takes a single step;
-  5. if it defines solution(), playing that solution from reset(42) wins.
-Every rejection names the failed check and the typed outcome of the operation behind it, so
-admission rates and rejection reasons aggregate directly (`rejection_stats`).
+  2. `reset(s1)` returns (non-empty str, dict), its solution() (if defined) is taken right
+     after, three probe actions each return a well-typed 5-tuple (stopping early if done), and
+     `reset(s2)` succeeds;
+  3. degenerate policies (empty, garbage, very long and "shotgun" actions) from `reset(s2)`
+     neither win nor break it, and no win takes a single step;
+  4. the solution taken in 2 is replayed in a fresh episode from `reset(s1)`, without calling
+     solution() again, and wins: a solution() whose own call is what makes it win fails here;
+  5. it is deterministic: every transcript above (2, each policy of 3, and 4) is played a second
+     time on another worker, and the two must be identical, to the last step (each child
+     reseeds `random` from fresh entropy and shifts its heap, so unseeded randomness and
+     id()-based values show up here).
+The seeds s1, s2 and the probe and garbage actions are drawn afresh for every environment from
+a host-side RNG (probes.py; `Options.seed`, or the OS when it is None), so that a program that
+knows this validator still cannot tell validation from training. Every episode also runs under
+the pool's per-episode wall-time budget (`Limits.episode_s`). Every rejection names the failed
+check and the typed outcome of the operation behind it, so admission rates and rejection
+reasons aggregate directly (`rejection_stats`).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import time
+import os
+import random
 from typing import Iterable, Sequence
 
+from .admission import Script, run
 from .contract import Reply, Status, extract_code
-from .pool import Pool, Start
+from .pool import Pool
+from .probes import degenerate_policies, draw
+from .text import is_text
 
-CHECKS = ("code", "compile", "exec", "class", "init", "reset", "probe_step", "reset_again",
+CHECKS = ("code", "compile", "exec", "class", "init", "reset", "solution", "probe_step", "reset_again",
           "determinism", "empty_probe", "garbage_probe", "long_probe", "shotgun_probe",
-          "empty_wins", "garbage_wins", "long_wins", "shotgun_wins", "one_step_win", "solution",
-          "deadline")
-
-
-def _degenerate_policies(max_action_chars: int) -> dict[str, list[str]]:
-    long_n = max(16, max_action_chars - 16)
-    words = ("yes no true false up down left right north south east west A B C D E "
-             "red green blue on off open close left right swap move add remove 0 1 x y")
-    return {
-        "empty": ["", "\\boxed{}", " ", "\\boxed{ }"],
-        "garbage": ["\\boxed{asdf}", "lorem ipsum", "\\boxed{?!#%}", "}{", "\\boxed{None}",
-                    "\\boxed{\\boxed{}}", "\\boxed{-1}", "\\boxed{0}", "\\boxed{3.5e300}",
-                    "\\boxed{\u00e9\u4e2d\U0001F600}", "\\boxed{[[[}", "\\boxed{zzz}"],
-        "long": ["\\boxed{" + ("7 " * long_n)[:long_n] + "}", "\\boxed{" + "a" * long_n + "}",
-                 "x" * (long_n + 8)],
-        "shotgun": ["\\boxed{" + " ".join(str(i) for i in range(-10, 201)) + "}",
-                    "\\boxed{" + ", ".join(words.split()) + "}",
-                    "\\boxed{" + ",".join(str(i) for i in range(0, 1000)) + "}",
-                    "\\boxed{" + " ".join(f"{a}{b}" for a in "ABCDEFGH" for b in range(1, 9)) + "}"],
-    }
+          "empty_wins", "garbage_wins", "long_wins", "shotgun_wins", "one_step_win", "deadline")
+_degenerate_policies = degenerate_policies  # the fixed part; the name older callers used
+POLICIES = ("empty", "garbage", "long", "shotgun")
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    first_seed: int = 42
-    second_seed: int = 123
-    probe_actions: tuple[str, ...] = ("\\boxed{1}", "\\boxed{test}", "\\boxed{42}")
+    first_seed: int | None = None  # reset seed of the main episode; None: drawn per environment
+    second_seed: int | None = None  # reset seed of reset_again and the policies; None: drawn
+    probe_actions: tuple[str, ...] = ()  # the main episode's probes; empty: drawn
     degenerate_steps: int = 30  # more than the agent's 25-turn cap
     min_win_steps: int = 2  # a win must take more than one step
-    total_s: float = 60.0  # the whole validation of one environment
+    total_s: float = 60.0  # the whole validation of one environment, from its own start
+    seed: int | None = None  # of the host-side RNG that draws seeds and actions; None: the OS
+    parallel: int = 0  # environments under validation at once; 0: max(2, CPUs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,66 +63,10 @@ class Verdict:
     check: str  # "admitted", or the first check that failed (one of CHECKS)
     status: str  # typed outcome of the operation behind the failed check; "OK" if it ran fine
     reason: str
-    seconds: float = 0.0
+    seconds: float = 0.0  # from the start of this environment's validation to its verdict
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass
-class _Script:
-    code: str
-    seed: int
-    worker: int | None
-    actions: list  # str for a step, ("reset", seed) for a reset
-    use_solution: bool = False  # ask for solution() at start, then play it as the actions
-
-
-def _run(pool: Pool, scripts: dict, deadline: float, then=None,
-         finished: dict | None = None) -> tuple[dict[object, list[Reply]], set]:
-    """Play scripts concurrently; each episode sends its next request as soon as its last one is
-    answered, so a slow environment delays nobody else. `then(key, transcript)` may return more
-    scripts to start when one finishes. Returns transcripts (the start reply, then one reply per
-    request until done) and the keys the deadline cut short."""
-    out: dict[object, list[Reply]] = {}
-    left = lambda: max(0.001, deadline - time.monotonic())  # noqa: E731
-    key_of: dict[int, object] = {}
-    acts: dict[object, list] = {}
-    live: set[int] = set()
-    finished = {} if finished is None else finished  # key -> when its episode ended
-
-    def launch(batch: dict) -> None:
-        starts = {k: Start(s.code, s.seed, s.worker, solution=s.use_solution) for k, s in batch.items()}
-        ids = pool.submit_starts(starts, timeout=min(pool.limits.load_s, left()))
-        for e, k in zip(ids, batch):
-            key_of[e], out[k] = k, []
-            live.add(e)
-
-    launch(scripts)
-    while live:
-        if deadline - time.monotonic() <= 0:
-            pool.end_many(live)
-            return out, {key_of[e] for e in live}
-        for r in pool.wait(live, timeout=left()):
-            k = key_of[r.episode]
-            out[k].append(r)
-            if len(out[k]) == 1:
-                s = scripts[k]
-                acts[k] = list(r.solution or []) if s.use_solution else s.actions
-            i = len(out[k]) - 1  # index of the next request
-            if r.done or i >= len(acts[k]):
-                live.discard(r.episode)
-                pool.end_many([r.episode])
-                finished[k] = time.monotonic()
-                more = then(k, out[k]) if then else None
-                if more:
-                    scripts.update(more)
-                    launch(more)
-            elif isinstance(acts[k][i], str):
-                pool.submit_steps({r.episode: acts[k][i]}, timeout=min(pool.limits.step_s, left()))
-            else:
-                pool.submit_resets({r.episode: acts[k][i][1]}, timeout=min(pool.limits.reset_s, left()))
-    return out, set()
 
 
 def _won(r: Reply) -> bool:
@@ -135,14 +77,16 @@ def _first_error(rs: list[Reply]) -> Reply | None:
     return next((r for r in rs if not r.ok), None)
 
 
-def _reject(check: str, status, reason: str, t0: float) -> Verdict:
+def _reject(check: str, status, reason: str) -> Verdict:
     status = status.value if isinstance(status, Status) else status
-    return Verdict(False, check, status, reason[:500], round(time.monotonic() - t0, 3))
+    return Verdict(False, check, status, reason[:500])
 
 
 def _compare(a: list[Reply], b: list[Reply]) -> str:
     if len(a) != len(b):
         return f"transcripts differ in length ({len(a)} vs {len(b)})"
+    if a and a[0].solution != b[0].solution:
+        return "solution() differs between two runs"
     for i, (x, y) in enumerate(zip(a, b)):
         ex, ey = x.transcript_entry(), y.transcript_entry()
         for field in ex:
@@ -152,53 +96,58 @@ def _compare(a: list[Reply], b: list[Reply]) -> str:
 
 
 def validate_many(pool: Pool, texts: Sequence[str], options: Options = Options()) -> list[Verdict]:
-    """Judge many designer outputs at once (code is extracted from each). All environments are
-    validated concurrently, each under its own overall deadline."""
-    t0 = time.monotonic()
-    deadline = t0 + options.total_s
+    """Judge many designer outputs at once (code is extracted from each), each environment
+    under its own deadline, at most `options.parallel` at a time."""
+    rng = random.Random(options.seed)
     codes = [extract_code(t) for t in texts]
     verdicts: dict[int, Verdict] = {}
     for i, c in enumerate(codes):
         if not c.strip():
-            verdicts[i] = _reject("code", "OK", "no code", t0)
+            verdicts[i] = _reject("code", "OK", "no code")
         elif len(c) > pool.limits.max_code_chars:
-            verdicts[i] = _reject("code", "OK", f"{len(c)} chars over {pool.limits.max_code_chars}", t0)
+            verdicts[i] = _reject("code", "OK", f"{len(c)} chars over {pool.limits.max_code_chars}")
+        elif not is_text(c):
+            verdicts[i] = _reject("code", "OK", "code has a lone surrogate (not UTF-8 text)")
+    # Drawn for every program, in order, judged or not: the same seed gives each position the
+    # same draws whatever the other programs are.
+    draws = [draw(random.Random(rng.getrandbits(64)), pool.limits.max_action_chars,
+                  options.degenerate_steps, options.first_seed, options.second_seed,
+                  options.probe_actions) for _ in codes]
     todo = [i for i in range(len(codes)) if i not in verdicts]
-    w_a, w_b = 0, 1 % pool.workers
-    main = [*options.probe_actions, ("reset", options.second_seed)]
-    policies = _degenerate_policies(pool.limits.max_action_chars)
-    scripts = {(i, "main"): _Script(codes[i], options.first_seed, w_a, main) for i in todo}
+    n_workers = pool.workers
 
-    def then(key, rs: list[Reply]) -> dict | None:
-        # The reference checks first, on one worker; only what passes them is probed further:
-        # determinism, degenerate policies and its own solution, all at once.
-        i, what = key
-        if what != "main":
-            return None
-        v = _judge_main(rs, False, options, t0)
+    def main_script(i: int, twin: bool) -> Script:
+        d = draws[i]
+        return Script(codes[i], d.first_seed, (i + twin) % n_workers,
+                      [*d.probes, ("reset", d.second_seed)], solution=True)
+
+    def first(i: int) -> dict:
+        return {"main": main_script(i, False)}
+
+    def after_main(i: int, rs: list[Reply]) -> tuple[Verdict | None, dict]:
+        v = _judge_main(rs, False, draws[i])
         if v is not None:
-            verdicts[i] = v
-            return None
-        more = {(i, "twin"): _Script(codes[i], options.first_seed, w_b, main)}
+            return v, {}
+        d = draws[i]
+        more = {"main~": main_script(i, True)}
+        for k, name in enumerate(POLICIES):
+            w = (i + k) % n_workers
+            more[name] = Script(codes[i], d.second_seed, w, d.policies[name])
+            more[name + "~"] = Script(codes[i], d.second_seed, (w + 1) % n_workers, d.policies[name])
         if rs[0].solution is not None:
-            more[(i, "solution")] = _Script(codes[i], options.first_seed, None, [], use_solution=True)
-        for name, acts in policies.items():
-            seq = [acts[j % len(acts)] for j in range(options.degenerate_steps)]
-            more[(i, name)] = _Script(codes[i], options.second_seed, None, seq)
-        return more
+            sol = list(rs[0].solution)
+            more["replay"] = Script(codes[i], d.first_seed, (i + 1) % n_workers, sol)
+            more["replay~"] = Script(codes[i], d.first_seed, i % n_workers, sol)
+        return None, more
 
-    finished: dict = {}
-    runs, cut = _run(pool, scripts, deadline, then, finished)
-    for i in todo:
-        if i in verdicts:
-            continue
-        t_i = max([t for k, t in finished.items() if k[0] == i] or [time.monotonic()])
-        if (i, "main") in cut or (i, "twin") not in runs:
-            verdicts[i] = _judge_main(runs[(i, "main")], True, options, t0)
-            continue
-        hit = any(k[0] == i for k in cut)
-        v = _judge_rest(i, runs[(i, "main")], runs, hit, policies, options, t0)
-        verdicts[i] = dataclasses.replace(v, seconds=round(t_i - t0, 3))
+    def judge(i: int, runs: dict, cut: bool) -> Verdict:
+        if "main~" not in runs:
+            return _judge_main(runs.get("main", []), True, draws[i])
+        return _judge_rest(runs, cut, options)
+
+    parallel = options.parallel or max(2, os.cpu_count() or 1)
+    for i, (v, seconds) in run(pool, todo, first, after_main, judge, options.total_s, parallel).items():
+        verdicts[i] = dataclasses.replace(v, seconds=round(seconds, 3))
     return [verdicts[i] for i in range(len(codes))]
 
 
@@ -206,51 +155,52 @@ def validate(pool: Pool, text: str, options: Options = Options()) -> Verdict:
     return validate_many(pool, [text], options)[0]
 
 
-def _judge_main(rs: list[Reply], hit: bool, options: Options, t0: float) -> Verdict | None:
+def _judge_main(rs: list[Reply], hit: bool, d) -> Verdict | None:
     if not rs:
-        return _reject("deadline", Status.TIMEOUT, "validation deadline passed while loading", t0)
+        return _reject("deadline", Status.TIMEOUT, "validation deadline passed while loading")
     start = rs[0]
     if not start.ok:
-        return _reject(start.phase or "reset", start.status, start.reason, t0)
+        return _reject(start.phase or "reset", start.status, start.reason)
     err = _first_error(rs[1:])
     if err is not None:
-        check = "reset_again" if len(rs) - 1 > len(options.probe_actions) and rs[-1] is err else "probe_step"
-        return _reject(check, err.status, err.reason, t0)
+        check = "reset_again" if len(rs) - 1 > len(d.probes) and rs[-1] is err else "probe_step"
+        return _reject(check, err.status, err.reason)
     if len(rs) > 1 and _won(rs[1]):
-        return _reject("one_step_win", "OK", f"the probe action {options.probe_actions[0]!r} wins at once", t0)
+        return _reject("one_step_win", "OK", f"the probe action {d.probes[0]!r} wins at once")
     if hit:
-        return _reject("deadline", Status.TIMEOUT, "validation deadline passed", t0)
+        return _reject("deadline", Status.TIMEOUT, "validation deadline passed")
     return None
 
 
-def _judge_rest(i, main: list[Reply], second: dict, hit: bool, policies: dict, options: Options,
-                t0: float) -> Verdict:
+def _judge_rest(runs: dict, hit: bool, options: Options) -> Verdict:
     if hit:  # a transcript cut short by the deadline would fail the checks below for no reason
-        return _reject("deadline", Status.TIMEOUT, "validation deadline passed", t0)
-    diff = _compare(main, second[(i, "twin")])
-    if diff:
-        err = _first_error(second[(i, "twin")])
-        return _reject("determinism", err.status if err else "OK", diff, t0)
-    for name, acts in policies.items():
-        rs = second[(i, name)]
+        return _reject("deadline", Status.TIMEOUT, "validation deadline passed")
+    for name in ("main", *POLICIES, "replay"):
+        if name in runs:
+            diff = _compare(runs[name], runs[name + "~"])
+            if diff:
+                err = _first_error(runs[name + "~"]) or _first_error(runs[name])
+                return _reject("determinism", err.status if err else "OK", f"{name}: {diff}")
+    for name in POLICIES:
+        rs = runs[name]
         err = _first_error(rs)
         if err is not None:
-            return _reject(f"{name}_probe", err.status, f"{name} actions: {err.reason}", t0)
+            return _reject(f"{name}_probe", err.status, f"{name} actions: {err.reason}")
         wins = [j for j, r in enumerate(rs) if _won(r)]
         if wins:
             check = "one_step_win" if wins[0] < options.min_win_steps else f"{name}_wins"
-            return _reject(check, "OK", f"{name} actions win after {wins[0]} steps, "
-                                        f"e.g. {acts[(wins[0] - 1) % len(acts)][:60]!r}", t0)
-    if (i, "solution") in second:
-        rs = second[(i, "solution")]
+            return _reject(check, "OK", f"{name} actions win after {wins[0]} steps")
+    if "replay" in runs:
+        rs = runs["replay"]
         err = _first_error(rs)
         if err is not None:
-            return _reject("solution", err.status, f"playing solution(): {err.reason}", t0)
+            return _reject("solution", err.status, f"replaying solution(): {err.reason}")
         if not rs or not _won(rs[-1]):
-            return _reject("solution", "OK", f"solution() of {len(rs) - 1} actions does not win", t0)
+            return _reject("solution", "OK", f"solution() of {len(rs) - 1} actions does not win "
+                                             "when replayed without calling it")
         if len(rs) - 1 < options.min_win_steps:
-            return _reject("one_step_win", "OK", "solution() wins in a single step", t0)
-    return Verdict(True, "admitted", "OK", "", round(time.monotonic() - t0, 3))
+            return _reject("one_step_win", "OK", "solution() wins in a single step")
+    return Verdict(True, "admitted", "OK", "")
 
 
 def rejection_stats(verdicts: Iterable[Verdict]) -> dict:

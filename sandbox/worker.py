@@ -22,7 +22,7 @@ import signal
 import socket
 import sys
 
-from . import cleanup, episode, harden, namespaces, probe, protocol, seccomp
+from . import cgroups, cleanup, episode, harden, namespaces, probe, protocol, seccomp
 from .contract import Limits
 
 # Imported once here so that children share them (copy-on-write) and need no file access for
@@ -36,12 +36,13 @@ REQ_FD, REP_FD = episode.REQ_FD, episode.REP_FD
 
 
 def _child_main(parent: int, tmp_dir: str, limits: Limits, facts: dict, prog: bytes | None,
-                probe_only: bool, hostproc: int | None) -> None:
+                probe_only: bool, hostproc: int | None, cgroup: tuple[int, str] | None) -> None:
     try:
-        harden.harden_child(parent=parent, keep_fds=(REQ_FD, REP_FD), tmp_dir=tmp_dir,
-                            limits=limits, facts=facts, seccomp_prog=prog, hostproc=hostproc)
+        notes = harden.harden_child(parent=parent, keep_fds=(REQ_FD, REP_FD), tmp_dir=tmp_dir,
+                                    limits=limits, facts=facts, seccomp_prog=prog, hostproc=hostproc,
+                                    cgroup=cgroup)
         if probe_only:
-            checks = probe.checks(tmp_dir, limits, facts)
+            checks = {**probe.checks(tmp_dir, limits, facts), **notes}
             protocol.write_all(REP_FD, protocol.encode({"probe": checks}))
             os._exit(0)
     except BaseException as e:  # noqa: BLE001
@@ -75,6 +76,15 @@ def _supervise(zygote: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else 1)
 
 
+def _high_fd(path: str) -> int:
+    """An O_PATH descriptor of `path`, above the descriptors a child dups its pipes onto (3, 4)."""
+    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+    finally:
+        os.close(fd)
+
+
 def _host_ppid(hostproc: int) -> int:
     fd = os.open("self/stat", os.O_RDONLY, dir_fd=hostproc)
     try:
@@ -103,20 +113,21 @@ def main() -> None:
             _supervise(pid)
         harden.prctl(harden.PR_SET_PDEATHSIG, signal.SIGKILL)
     try:
-        fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        # Above the descriptors a child dups its pipes onto (3, 4).
-        hostproc = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
-        os.close(fd)
+        hostproc = _high_fd("/proc")
         me = int(os.readlink("self", dir_fd=hostproc))
     except (OSError, ValueError):
         hostproc, me = None, os.getpid()
     if outer is not None and (hostproc is None or _host_ppid(hostproc) != outer):
         os._exit(1)  # the supervisor died before the death signal was set
-    serve(sock, tmp_root, limits, facts, hostproc, me)
+    try:  # opened before the new root hides the cgroup file system
+        cg = _high_fd(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[5] else None
+    except OSError:
+        cg = None
+    serve(sock, tmp_root, limits, facts, hostproc, me, cg)
 
 
 def serve(sock: socket.socket, tmp_root: str, limits: Limits, facts: dict, hostproc: int | None,
-          me: int) -> None:
+          me: int, cg: int | None) -> None:
     """The zygote: set up the file-system view, then fork, end and reap episodes on request."""
     facts["zygote_pid"] = me
     facts["own_uid"] = (os.getuid() == 0 and not facts["userns"]
@@ -160,11 +171,14 @@ def serve(sock: socket.socket, tmp_root: str, limits: Limits, facts: dict, hostp
         op, ep = req.get("op"), req.get("ep")
         if op in ("spawn", "probe"):
             req_fd, rep_fd = fds
+            leaf = (cg, f"ep{ep}") if cg is not None and cgroups.make_leaf(cg, f"ep{ep}", limits) else None
             try:
                 pid = os.fork()
             except OSError:  # out of processes or memory: the host sees EOF and asks why
                 os.close(req_fd)
                 os.close(rep_fd)
+                if leaf:
+                    cgroups.remove_leaf(*leaf)
                 children[ep] = None
                 continue
             if pid == 0:
@@ -174,7 +188,7 @@ def serve(sock: socket.socket, tmp_root: str, limits: Limits, facts: dict, hostp
                     os.dup2(req_fd, REQ_FD)
                     os.dup2(rep_fd, REP_FD)
                     _child_main(here, os.path.join(where, f"ep{ep}"), limits, facts, prog,
-                                op == "probe", hostproc)
+                                op == "probe", hostproc, leaf)
                 finally:
                     os._exit(4)
             os.close(req_fd)
@@ -182,16 +196,16 @@ def serve(sock: socket.socket, tmp_root: str, limits: Limits, facts: dict, hostp
             children[ep] = pid
         elif op == "end":
             pid = children.pop(ep, None)
-            status = _end(pid, os.path.join(where, f"ep{ep}"))
+            status = _end(pid, os.path.join(where, f"ep{ep}"), cg, f"ep{ep}")
             if req.get("reply"):
                 sock.sendall(json.dumps({"ended": ep, **status}).encode())
         for fd in fds if op not in ("spawn", "probe") else ():
             os.close(fd)
     for ep, pid in list(children.items()):
-        _end(pid, os.path.join(where, f"ep{ep}"))
+        _end(pid, os.path.join(where, f"ep{ep}"), cg, f"ep{ep}")
 
 
-def _end(pid: int | None, tmp_dir: str) -> dict:
+def _end(pid: int | None, tmp_dir: str, cg: int | None, leaf: str) -> dict:
     if pid is None:
         return {"code": None, "signal": None, "maxrss_kb": 0, "cpu_s": 0.0,
                 "note": "the worker could not fork a child for this episode"}
@@ -200,13 +214,17 @@ def _end(pid: int | None, tmp_dir: str) -> dict:
     except ProcessLookupError:
         pass
     _, status, ru = os.wait4(pid, 0)
+    oom = False
     try:  # nothing an episode left behind may take its worker down
         cleanup.remove_episode_dir(tmp_dir)
+        if cg is not None:
+            oom = cgroups.oom_killed(cg, leaf)
+            cgroups.remove_leaf(cg, leaf)
     except Exception:  # noqa: BLE001
         pass
     return {"code": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-            "maxrss_kb": ru.ru_maxrss, "cpu_s": ru.ru_utime + ru.ru_stime}
+            "maxrss_kb": ru.ru_maxrss, "cpu_s": ru.ru_utime + ru.ru_stime, "oom": oom}
 
 
 if __name__ == "__main__":

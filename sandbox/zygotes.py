@@ -33,7 +33,7 @@ _BOOT = "import sys; sys.path.insert(0, {!r}); from sandbox import worker; worke
 
 
 class Zygote:
-    def __init__(self, index: int, root: str, limits: Limits):
+    def __init__(self, index: int, root: str, limits: Limits, cgroup: str = ""):
         """Launch without waiting for it to be ready (call `ready()`), so many start in parallel."""
         self.index, self.alive, self.facts, self.stash = index, True, {}, {}
         here, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -41,7 +41,7 @@ class Zygote:
         self.root = os.path.join(root, f"w{index}")
         os.makedirs(self.root, 0o711, exist_ok=True)
         cmd = [sys.executable, "-s", "-P", "-c", _BOOT.format(pkg_parent), str(os.getpid()), self.root,
-               json.dumps(dataclasses.asdict(limits)), str(theirs.fileno())]
+               json.dumps(dataclasses.asdict(limits)), str(theirs.fileno()), cgroup]
         try:
             self.proc = subprocess.Popen(cmd, env=dict(_ENV), cwd="/", stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),

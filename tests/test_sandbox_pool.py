@@ -182,3 +182,24 @@ def test_a_reply_in_time_is_not_a_timeout_when_read_late(pool):
     pool.submit_steps({r.episode: "\\boxed{3000}"})  # a child that really is late is still killed
     (late,) = pool.wait([r.episode])
     assert late.status is Status.TIMEOUT
+
+
+def test_cgroup_accounting_is_probed_not_assumed(tmp_path, monkeypatch):
+    """Without a delegated cgroup v2 directory the probe says so and why; a directory that is
+    not a real cgroup is not taken for one; `require` can demand the protection."""
+    from spade_jax.sandbox import cgroups
+
+    monkeypatch.delenv(cgroups.ENV, raising=False)
+    with Pool(workers=1, limits=LIMITS) as p:
+        assert p.protections["cgroup"] is False and "not configured" in p.protections["cgroup_error"]
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "cgroup.controllers").write_text("memory pids\n")
+    (fake / "cgroup.subtree_control").write_text("")
+    monkeypatch.setenv(cgroups.ENV, str(fake))
+    with Pool(workers=1, limits=LIMITS) as p:
+        assert p.protections["cgroup"] is False and p.protections["cgroup_error"]
+        assert p.play(SLEEPY, 0, ["\\boxed{0}"])[-1].ok
+    with pytest.raises(SandboxUnavailable):
+        Pool(workers=1, limits=LIMITS, require=("cgroup",))
+    assert sorted(f.name for f in fake.iterdir()) == ["cgroup.controllers", "cgroup.subtree_control"]

@@ -339,3 +339,24 @@ def test_still_serves_after_everything(checked):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_an_innocent_program_beside_hostile_ones_is_admitted(ipc_before):
+    from spade_jax.sandbox import starters
+    from spade_jax.sandbox.validate import validate_many
+
+    hostile = [env("import os\nfor _ in range(2000):\n    os.mkdir('d'); os.chdir('d')"),
+               env("import threading\nthreading.stack_size(1 << 16)\n"
+                   "[threading.Thread(target=lambda: __import__('time').sleep(9)).start() for _ in range(500)]"),
+               env("libc.semget(0x5EF0, 1, IPC_CREAT | 0o666)", prelude=SYSV),
+               env("return '\\ud800', 0.0, False, False, {}"),
+               env("import os\nos.write(os.memfd_create('x'), bytes(64 << 20))"),
+               env("import ctypes\nctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\nimport time\ntime.sleep(60)")]
+    with Pool(workers=2, limits=LIMITS) as p:
+        pids = p.worker_pids()
+        verdicts = validate_many(p, hostile + [starters.code("remainder_oracle.py")])
+        assert verdicts[-1].admitted, verdicts[-1]
+        assert p.worker_pids() == pids
+        no_leftovers(p)
+        still_serves(p)
+    assert sysv_objects() <= ipc_before
