@@ -131,6 +131,7 @@ def serve(sock: socket.socket, tmp_root: str, limits: Limits, facts: dict, hostp
     """The zygote: set up the file-system view, then fork, end and reap episodes on request."""
     facts["zygote_pid"] = me
     facts["own_uid"] = (os.getuid() == 0 and not facts["userns"]
+                        and (hostproc is not None or not facts["pidns"])  # host pids are unique
                         and namespaces.maps_uid_range(harden.UID_BASE, harden.PID_SPAN))
     facts["landlock_abi"] = max(0, harden._libc.syscall(harden.SYS_LL_CREATE, None, 0, 1))
     facts["read_dirs"] = harden.stdlib_dirs()  # computed here: sysconfig imports lazily
@@ -164,10 +165,13 @@ def serve(sock: socket.socket, tmp_root: str, limits: Limits, facts: dict, hostp
     gc.freeze()
     sock.sendall(json.dumps({"hello": facts}).encode())
     where = facts["episodes"]
+    cleaners: set[int] = set()  # throw-away processes removing left-over trees
+    signal.signal(signal.SIGCHLD, lambda signum, frame: _reap(cleaners, block=False))
     while True:
         req, fds = _recv(sock)
         if req is None:
             break
+        _reap(cleaners, block=False)
         op, ep = req.get("op"), req.get("ep")
         if op in ("spawn", "probe"):
             req_fd, rep_fd = fds
@@ -184,6 +188,7 @@ def serve(sock: socket.socket, tmp_root: str, limits: Limits, facts: dict, hostp
             if pid == 0:
                 try:
                     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     sock.close()
                     os.dup2(req_fd, REQ_FD)
                     os.dup2(rep_fd, REP_FD)
@@ -196,16 +201,27 @@ def serve(sock: socket.socket, tmp_root: str, limits: Limits, facts: dict, hostp
             children[ep] = pid
         elif op == "end":
             pid = children.pop(ep, None)
-            status = _end(pid, os.path.join(where, f"ep{ep}"), cg, f"ep{ep}")
+            status = _end(pid, os.path.join(where, f"ep{ep}"), cg, f"ep{ep}", cleaners)
             if req.get("reply"):
                 sock.sendall(json.dumps({"ended": ep, **status}).encode())
         for fd in fds if op not in ("spawn", "probe") else ():
             os.close(fd)
     for ep, pid in list(children.items()):
-        _end(pid, os.path.join(where, f"ep{ep}"), cg, f"ep{ep}")
+        _end(pid, os.path.join(where, f"ep{ep}"), cg, f"ep{ep}", cleaners)
+    _reap(cleaners, block=True)
 
 
-def _end(pid: int | None, tmp_dir: str, cg: int | None, leaf: str) -> dict:
+def _reap(pids: set[int], block: bool) -> None:
+    for pid in list(pids):
+        try:
+            done, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            pids.discard(pid)
+
+
+def _end(pid: int | None, tmp_dir: str, cg: int | None, leaf: str, cleaners: set[int]) -> dict:
     if pid is None:
         return {"code": None, "signal": None, "maxrss_kb": 0, "cpu_s": 0.0,
                 "note": "the worker could not fork a child for this episode"}
@@ -216,7 +232,9 @@ def _end(pid: int | None, tmp_dir: str, cg: int | None, leaf: str) -> dict:
     _, status, ru = os.wait4(pid, 0)
     oom = False
     try:  # nothing an episode left behind may take its worker down
-        cleanup.remove_episode_dir(tmp_dir)
+        cleaner = cleanup.remove_episode_dir(tmp_dir)
+        if cleaner:
+            cleaners.add(cleaner)
         if cg is not None:
             oom = cgroups.oom_killed(cg, leaf)
             cgroups.remove_leaf(cg, leaf)
