@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from .pool import Pool, Start
+from .pool import PROTECTIONS, Pool, Start
 
 BENCH_ENV = r'''
 class CounterEnv:
@@ -99,7 +99,7 @@ def run(episodes: int = 200, spawn_episodes: int = 40, in_flight: int = 8, rtt_s
         pool_eps = _pool_episodes(pool, episodes, in_flight)
         spawn_eps = _spawn_episodes(spawn_episodes, in_flight)
         p50, p99 = _step_rtt(pool, rtt_steps)
-        protections = [k for k in ("seccomp", "landlock", "netns", "tmpfs") if pool.protections.get(k)]
+        protections = [k for k in PROTECTIONS if pool.protections.get(k)]
     return {"episodes_per_s": round(pool_eps, 1), "spawn_episodes_per_s": round(spawn_eps, 1),
             "speedup": round(pool_eps / spawn_eps, 2), "step_rtt_us_p50": round(p50, 1),
             "step_rtt_us_p99": round(p99, 1), "steps_per_episode": STEPS, "in_flight": in_flight,

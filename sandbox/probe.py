@@ -89,7 +89,9 @@ def checks(tmp_dir: str, limits, facts: dict) -> dict:
         "rlimits": resource.getrlimit(resource.RLIMIT_AS) == (limits.memory_bytes, limits.memory_bytes),
         "seccomp": _denied(lambda: socket.socket().close()) and _denied(_fork)
         and _denied(lambda: os.kill(os.getppid(), 0)),
-        "landlock": _denied(outside_write) and _denied(lambda: os.listdir("/proc")),
+        # A world-readable file outside the allowed directories: only Landlock refuses it.
+        "landlock": _denied(outside_write) and bool(facts.get("landlock_probe"))
+        and _denied(lambda: open(facts["landlock_probe"], "rb").close()),
         "unprivileged": os.geteuid() != 0,
         "no_new_privs": _libc.prctl(39, 0, 0, 0, 0) == 1,
         "pdeathsig": _pdeathsig() == signal.SIGKILL,

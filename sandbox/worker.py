@@ -144,6 +144,7 @@ def serve(sock: socket.socket, tmp_root: str, limits: Limits, facts: dict, hostp
         facts.update(namespaces.private_root(tmp_root, limits.tmpfs_bytes, facts["read_dirs"]))
     else:
         facts.update(tmpfs=False, host_view=False, episodes=tmp_root)
+    facts["landlock_probe"] = _landlock_probe("/" if facts["host_view"] else tmp_root)
     here = os.getpid()
     children: dict[int, int | None] = {}  # episode id -> pid (alive or zombie); None: no fork
     if not facts["pidns"]:
@@ -209,6 +210,19 @@ def serve(sock: socket.socket, tmp_root: str, limits: Limits, facts: dict, hostp
     for ep, pid in list(children.items()):
         _end(pid, os.path.join(where, f"ep{ep}"), cg, f"ep{ep}", cleaners)
     _reap(cleaners, block=True)
+
+
+def _landlock_probe(where: str) -> str:
+    """A file anyone may read, outside every directory Landlock lets a child read: the probe
+    child must fail to open it."""
+    path = os.path.join(where, ".landlock-probe")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        os.close(fd)
+        os.chmod(path, 0o644)
+    except OSError:
+        return ""
+    return path
 
 
 def _reap(pids: set[int], block: bool) -> None:
