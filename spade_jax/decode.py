@@ -10,6 +10,10 @@ live length, not the cache capacity, without a program per span. `decode_loop` i
 
 Token selection: logits / T, then top-k (static k) and top-p, then a categorical draw with a key
 folded from (seed, row id, step). The reported log-prob follows `logprobs.token_logprobs`.
+
+A mixture-of-experts model runs its sparse layers through `moe.block` (its router in float32,
+experts dispatched as `dispatch` says), and `with_experts` / `routing` return the experts each
+fed token was routed to, [..., sparse layers, k], for the learner to replay (`moe`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import jax.numpy as jnp
 from spade_jax import kv_cache
 from spade_jax import logprobs
 from spade_jax import model as model_lib
+from spade_jax import moe as moe_lib
 from spade_jax.kv_cache import Cache
 
 # Finish reasons, as stored per row. NONE: padding row or a row not continued this call.
@@ -49,6 +54,9 @@ class Loop(NamedTuple):
   step: jax.Array  # int32 []: decode steps taken (the PRNG counter)
   tokens_BN: jax.Array  # int32 [B, max_new]
   logp_BN: jax.Array  # float32 [B, max_new]
+  # int16 [B, max_new, Ls, k] when recording routing: the experts of sampled token n when it was
+  # fed (-1 until then; the last one is never fed in this call)
+  experts_BNLk: jax.Array | None = None
 
 
 def prepare(params, cfg: model_lib.ModelConfig, vocab_major: bool = False):
@@ -62,7 +70,7 @@ def prepare(params, cfg: model_lib.ModelConfig, vocab_major: bool = False):
   single row).
   """
   p = model_lib.cast(params, cfg)
-  layers = [jax.tree.map(lambda a, i=i: a[i], p["layers"]) for i in range(cfg.n_layers)]
+  layers = [moe_lib.layer_params(p, cfg, i) for i in range(cfg.n_layers)]
   vocab_major = vocab_major and cfg.vocab_size != cfg.d_model  # the shape tells which it is
   if cfg.tie_embeddings:
     head = p["embed"] if vocab_major else p["embed"].T
@@ -150,8 +158,10 @@ def _attend(q_BCHD, k_BKSD, v_BKSD, valid_BS, slot_C, n_live):
   return jnp.transpose(out, (0, 3, 1, 2, 4)).reshape(B, C, H, Dh).astype(v_BKSD.dtype)
 
 
-def _layer(p, x, k_BKSD, v_BKSD, cos, sin, start, attend, cfg: model_lib.ModelConfig):
-  """One block that writes its chunk's keys/values at slot `start`, then attends via `attend`."""
+def _layer(p, x, k_BKSD, v_BKSD, cos, sin, start, attend, cfg: model_lib.ModelConfig,
+           dispatch=None):
+  """One block that writes its chunk's keys/values at slot `start`, then attends via `attend`;
+  returns (x, k, v, the experts of each token [B, C, k] in a sparse layer, else None)."""
   q, k, v = model_lib.qkv(p, x, cos, sin, cfg)
   # Write first, then read: the chunk attends to itself through the cache.
   k_BKSD = jax.lax.dynamic_update_slice(k_BKSD, jnp.swapaxes(k, 1, 2).astype(k_BKSD.dtype),
@@ -159,8 +169,12 @@ def _layer(p, x, k_BKSD, v_BKSD, cos, sin, start, attend, cfg: model_lib.ModelCo
   v_BKSD = jax.lax.dynamic_update_slice(v_BKSD, jnp.swapaxes(v, 1, 2).astype(v_BKSD.dtype),
                                         (0, 0, start, 0))
   x = x + jnp.einsum("bthk,hkd->btd", attend(q, k_BKSD, v_BKSD), p["wo"])
+  if "moe" in p:
+    y, r = moe_lib.block(p["moe"], model_lib.rms_norm(x, p["mlp_norm"], cfg.norm_eps), cfg,
+                         dispatch)
+    return x + y, k_BKSD, v_BKSD, r.experts
   x = x + model_lib.mlp(p, x, cfg)
-  return x, k_BKSD, v_BKSD
+  return x, k_BKSD, v_BKSD, None
 
 
 def _logits(final_norm, head, x_BCD, cfg, vocab_major: bool = False):
@@ -168,15 +182,18 @@ def _logits(final_norm, head, x_BCD, cfg, vocab_major: bool = False):
   return logprobs.head_logits(h, head, vocab_major)
 
 
-def prefill_chunk(params, cache: Cache, tokens_BC, valid_BC, cfg: model_lib.ModelConfig):
-  """Appends a chunk of C tokens per row; returns (logits [B, V] of its last slot, new cache).
+def prefill_chunk(params, cache: Cache, tokens_BC, valid_BC, cfg: model_lib.ModelConfig,
+                  dispatch=None, with_experts: bool = False):
+  """Appends a chunk of C tokens per row; returns (logits [B, V] of its last slot, new cache)
+  and, `with_experts`, the experts of every chunk token [B, C, Ls, k] int32.
 
   Chunks are left-padded (valid_BC False on the pads), so the last slot holds every live row's
   latest token and its logits are the only ones computed. The caller guarantees length + C <= S
   and keeps C small (long prompts go in several chunks): attention then never builds more than
   [C, BLOCK] scores. Layers run under `lax.scan` over the stacked params, which keeps compile
   time flat in depth (the per-layer weight copy that makes scan slow for a decode step is
-  amortised over the chunk here); the chunk's new keys/values are written back after it.
+  amortised over the chunk here); the chunk's new keys/values are written back after it. A MoE
+  model runs one scan per `moe.layer_runs` run.
   """
   B, C = tokens_BC.shape
   start = cache.length
@@ -187,25 +204,34 @@ def prefill_chunk(params, cache: Cache, tokens_BC, valid_BC, cfg: model_lib.Mode
 
   def body(x, xs):
     p, k_l, v_l = xs
-    x, k_l, v_l = _layer(p, x, k_l, v_l, cos, sin, start, attend, cfg)
+    x, k_l, v_l, experts = _layer(p, x, k_l, v_l, cos, sin, start, attend, cfg, dispatch)
     chunk = lambda a: jax.lax.dynamic_slice_in_dim(a, start, C, axis=2)
-    return x, (chunk(k_l), chunk(v_l))
+    return x, (chunk(k_l), chunk(v_l), experts)
 
   x = model_lib.embed(p_all, tokens_BC)
-  x, (new_k, new_v) = jax.lax.scan(body, x, (p_all["layers"], jnp.stack(cache.k),
-                                             jnp.stack(cache.v)))
+  ks, vs, outs = jnp.stack(cache.k), jnp.stack(cache.v), []
+  for run in moe_lib.layer_runs(cfg):
+    rows = lambda a: a if (run.first, run.end) == (0, cfg.n_layers) else a[run.first:run.end]
+    x, out = jax.lax.scan(body, x, (moe_lib.run_params(p_all, cfg, run), rows(ks), rows(vs)))
+    outs.append(out)
+  new_k, new_v = (jnp.concatenate(a) if len(a) > 1 else a[0]
+                  for a in ([o[0] for o in outs], [o[1] for o in outs]))
   write = lambda a, n: jax.lax.dynamic_update_slice(a, n, (0, 0, start, 0))
   k = tuple(write(a, new_k[l]) for l, a in enumerate(cache.k))
   v = tuple(write(a, new_v[l]) for l, a in enumerate(cache.v))
   head_DV = p_all["embed"].T if cfg.tie_embeddings else p_all["lm_head"]
   logits_BV = _logits(p_all["final_norm"], head_DV, x, cfg)
-  return logits_BV, Cache(k, v, valid_BS, start + C,
-                          cache.pos_B + valid_BC.astype(jnp.int32).sum(1))
+  cache = Cache(k, v, valid_BS, start + C, cache.pos_B + valid_BC.astype(jnp.int32).sum(1))
+  if not with_experts:
+    return logits_BV, cache
+  experts = jnp.concatenate([e for _, _, e in outs if e is not None])  # [Ls, B, C, k]
+  return logits_BV, cache, jnp.transpose(experts, (1, 2, 0, 3))
 
 
-def decode_step(w, cache: Cache, tok_B, live_B, cfg: model_lib.ModelConfig):
+def decode_step(w, cache: Cache, tok_B, live_B, cfg: model_lib.ModelConfig, dispatch=None,
+                with_experts: bool = False):
   """Feeds one token per row (rows with live_B False write an invalid slot); returns
-  (logits [B, V], new cache).
+  (logits [B, V], new cache) and, `with_experts`, the token's experts [B, Ls, k] int32.
 
   `w` comes from `prepare`; layers are unrolled over their own weight arrays. Attention reads
   only the blocks that cover the live prefix, so the step's cost follows the live length, not
@@ -214,14 +240,18 @@ def decode_step(w, cache: Cache, tok_B, live_B, cfg: model_lib.ModelConfig):
   pos_BC, valid_BS, slot_C = _chunk_inputs(cache, live_B[:, None])
   cos, sin = model_lib.rope_tables(pos_BC, cfg.head_dim, cfg.rope_theta)
   attend = lambda q, k, v: _attend(q, k, v, valid_BS, slot_C, cache.length + 1)
-  ks, vs = list(cache.k), list(cache.v)
+  ks, vs, experts = list(cache.k), list(cache.v), []
   x = model_lib.embed(w, tok_B[:, None])
   for l, p in enumerate(w["layers"]):
-    x, ks[l], vs[l] = _layer(p, x, ks[l], vs[l], cos, sin, cache.length, attend, cfg)
+    x, ks[l], vs[l], e = _layer(p, x, ks[l], vs[l], cos, sin, cache.length, attend, cfg, dispatch)
+    experts += [] if e is None else [e[:, 0]]
   vocab_major = w["head"].shape[0] == cfg.vocab_size != cfg.d_model
   logits_BV = _logits(w["final_norm"], w["head"], x, cfg, vocab_major)
-  return logits_BV, Cache(tuple(ks), tuple(vs), valid_BS, cache.length + 1,
-                          cache.pos_B + live_B.astype(jnp.int32))
+  cache = Cache(tuple(ks), tuple(vs), valid_BS, cache.length + 1,
+                cache.pos_B + live_B.astype(jnp.int32))
+  if not with_experts:
+    return logits_BV, cache
+  return logits_BV, cache, jnp.stack(experts, axis=1)
 
 
 def select_tokens(logits_BV, sp: SampleParams, step, top_k: int, greedy: bool):
@@ -269,21 +299,32 @@ def _record(s: Loop, tok_B, logp_B, eos_ids, stop_ids, max_new: int) -> Loop:
 def decode_loop(w, cache: Cache, logits_BV, live_B, sp: SampleParams,
                 cfg: model_lib.ModelConfig, *, max_new: int, top_k: int, greedy: bool,
                 eos_ids: tuple[int, ...], stop_ids: tuple[int, ...],
-                cache_sh: Cache | None = None) -> Loop:
+                cache_sh: Cache | None = None, dispatch=None, routing: bool = False) -> Loop:
   """Samples up to `max_new` tokens per live row, starting from the logits of the prefilled
   prompt. Rows stop on an eos/stop id or at max_new; the loop ends when all have stopped.
+  `routing` records the experts of every token fed (`Loop.experts_BNLk`).
 
   The caller guarantees S >= cache.length + max_new - 1 (the last sampled token is never fed).
   """
   B = live_B.shape[0]
+  experts = None
+  if routing:
+    shape = (B, max_new, len(cfg.sparse_layers), cfg.experts_per_token)
+    experts = jnp.full(shape, -1, jnp.int16)
   s = Loop(cache, jnp.zeros((B,), jnp.int32), ~live_B, jnp.full((B,), NONE, jnp.int32),
            jnp.zeros((B,), jnp.int32), jnp.zeros((), jnp.int32),
-           jnp.zeros((B, max_new), jnp.int32), jnp.zeros((B, max_new), jnp.float32))
+           jnp.zeros((B, max_new), jnp.int32), jnp.zeros((B, max_new), jnp.float32), experts)
   tok, logp = select_tokens(logits_BV, sp, s.step, top_k, greedy)
   s = _record(s, tok, logp, eos_ids, stop_ids, max_new)
 
   def step(s: Loop) -> Loop:
-    logits, cache = decode_step(w, s.cache, s.last_B, ~s.done_B, cfg)
+    out = decode_step(w, s.cache, s.last_B, ~s.done_B, cfg, dispatch, routing)
+    logits, cache = out[:2]
+    if routing:  # the token fed is the last one recorded, at column n - 1
+      rows, col = jnp.arange(B), jnp.maximum(s.n_B - 1, 0)
+      fed = jnp.where((~s.done_B)[:, None, None], out[2].astype(jnp.int16),
+                      s.experts_BNLk[rows, col])
+      s = s._replace(experts_BNLk=s.experts_BNLk.at[rows, col].set(fed))
     cache = kv_cache.constrain(cache, cache_sh)
     tok, logp = select_tokens(logits, sp, s.step + 1, top_k, greedy)
     return _record(s._replace(cache=cache, step=s.step + 1), tok, logp, eos_ids, stop_ids,

@@ -19,7 +19,16 @@ scored from the logits at t - 1, so loss_mask_BT[:, 0] must be 0):
   `prefix.find`, which the step runs itself when `share_prefix` is on),
   logp_ref_BT float32 only when kl_beta != 0 (no reference pass otherwise),
   optional score_index_BM int32 (the positions to score, see `score_index`; built from the loss
-  mask when absent).
+  mask when absent),
+  experts_BTLk int (a MoE model with `routing_replay` only: the experts the sampler routed each
+  token to, [B, T, sparse layers, k], -1 where it did not; `rl.routing_replay` builds a row).
+
+A mixture-of-experts model runs its expert block under autodiff (the dense layers keep their
+hand-written backward pieces). With `routing_replay` the learner routes each token to the
+experts the sampler chose, taking only their weights from its own router, so the ratio compares
+the same experts ("rollout routing replay": GRPO on Qwen3-30B-A3B is reported to collapse when
+trainer and sampler route differently); `router_aux_coef` adds transformers' load-balancing loss
+(0 by default, as the paper trains: docs/method.md §8b).
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from spade_jax import logprobs, prefix, rl, sharding
 from spade_jax import model as model_lib
+from spade_jax import moe as moe_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +69,9 @@ class LearnerConfig:
   remat: bool = False  # recompute each layer's activations in the backward pass
   entropy: bool = True  # report the policy entropy over trained tokens (costs a softmax)
   share_prefix: bool = True  # run a prompt that several rows begin with once (`prefix`)
+  routing_replay: bool = False  # MoE: route as the sampler did (batch field experts_BTLk)
+  router_aux_coef: float = 0.0  # MoE: weight of the load-balancing loss
+  moe_impl: str = "auto"  # MoE: the grouped matmul (`moe.IMPLS`)
 
   def __post_init__(self):
     if self.minibatches < 1 or self.micro_batch < 0 or self.chunk < 1:
@@ -102,7 +115,7 @@ def score_index(loss_mask_BT, granularity: int = 0) -> np.ndarray:
 
 
 def score(params, batch: Mapping[str, jax.Array], mcfg: model_lib.ModelConfig, chunk: int,
-          remat: bool = False, entropy: bool = False):
+          remat: bool = False, entropy: bool = False, dispatch: moe_lib.Dispatch | None = None):
   """Token-aligned log-probs [B, T] (index 0 is 0) and, optionally, entropies of the predicting
   distributions, at each row's temperature.
 
@@ -111,15 +124,29 @@ def score(params, batch: Mapping[str, jax.Array], mcfg: model_lib.ModelConfig, c
   Logits exist one [B, chunk, V] block at a time and are recomputed, not stored, for the backward.
   With `prefix_tokens_UP` / `prefix_slot_B` each shared prompt runs once (`prefix`).
   """
+  return _score(params, batch, mcfg, chunk, remat, entropy, dispatch)[:2]
+
+
+def _score(params, batch, mcfg, chunk, remat=False, entropy=False, dispatch=None):
+  """`score` and, for a MoE model, its `moe.RouterStats` (else None)."""
   tokens = batch["tokens_BT"]
   B, T = tokens.shape
+  routing = stats = None
+  if mcfg.n_experts:
+    replay = batch.get("experts_BTLk")
+    replay = None if replay is None else (jnp.transpose(replay.astype(jnp.int32), (2, 0, 1, 3)),)
+    valid = batch.get("valid_BT")
+    routing = moe_lib.Routing(dispatch, replay, None if valid is None else (valid,))
   if "prefix_tokens_UP" in batch:
     h = prefix.hidden_states(params, tokens, batch["prefix_tokens_UP"], batch["prefix_slot_B"],
-                             mcfg, remat)
+                             mcfg, remat, routing)
   else:
     valid = batch.get("valid_BT")
     mask_BTS = None if valid is None else model_lib.default_mask(T, valid)
-    h = model_lib.hidden_states(params, tokens, mcfg, batch.get("positions_BT"), mask_BTS, remat)
+    h = model_lib.hidden_states(params, tokens, mcfg, batch.get("positions_BT"), mask_BTS, remat,
+                                routing)
+  if routing is not None:
+    h, stats = h
   head = {k: params[k] for k in ("embed", "lm_head", "final_norm") if k in params}
   idx = batch.get("score_index_BM")
   if idx is None:
@@ -148,18 +175,26 @@ def score(params, batch: Mapping[str, jax.Array], mcfg: model_lib.ModelConfig, c
     x_BM = x_nBC.swapaxes(0, 1).reshape(B, n * C)
     return jnp.zeros((B, T), x_BM.dtype).at[rows, idx].add(jnp.where(idx > 0, x_BM, 0.0))
 
-  return place(lp_nBC), (place(ent_nBC) if entropy else None)
+  return place(lp_nBC), (place(ent_nBC) if entropy else None), stats
 
 
-def loss_fn(params, mb, n_samples, mcfg: model_lib.ModelConfig, cfg: LearnerConfig):
-  """(loss, stats) of one micro-batch; `n_samples` counts the non-empty rows of the whole batch."""
-  logp, ent = score(params, mb, mcfg, cfg.chunk, cfg.remat, cfg.entropy)
+def loss_fn(params, mb, n_samples, mcfg: model_lib.ModelConfig, cfg: LearnerConfig,
+            dispatch: moe_lib.Dispatch | None = None, share: float = 1.0):
+  """(loss, stats) of one micro-batch; `n_samples` counts the non-empty rows of the whole batch
+  and `share` is the micro-batch's fraction of it (the load-balancing loss is the mean of the
+  micro-batches' losses, as transformers computes it per forward pass)."""
+  logp, ent, router = _score(params, mb, mcfg, cfg.chunk, cfg.remat, cfg.entropy, dispatch)
   logp_old = mb["logp_old_BT"] if "logp_old_BT" in mb else jax.lax.stop_gradient(logp)
-  return rl.policy_loss(logp, logp_old, mb["logp_behaviour_BT"], mb["advantages_B"],
-                        mb["loss_mask_BT"], n_samples, eps_low=cfg.eps_low,
-                        eps_high=cfg.eps_high, tis_cap=cfg.tis_cap, kl_beta=cfg.kl_beta,
-                        logp_ref_BT=mb.get("logp_ref_BT"), kl_clamp=cfg.kl_clamp,
-                        entropy_BT=ent)
+  loss, stats = rl.policy_loss(logp, logp_old, mb["logp_behaviour_BT"], mb["advantages_B"],
+                               mb["loss_mask_BT"], n_samples, eps_low=cfg.eps_low,
+                               eps_high=cfg.eps_high, tis_cap=cfg.tis_cap, kl_beta=cfg.kl_beta,
+                               logp_ref_BT=mb.get("logp_ref_BT"), kl_clamp=cfg.kl_clamp,
+                               entropy_BT=ent)
+  if router is not None and cfg.router_aux_coef:
+    aux = share * moe_lib.aux_loss(router)
+    loss = loss + cfg.router_aux_coef * aux
+    stats = dict(stats, router_aux_loss=jax.lax.stop_gradient(aux))
+  return loss, stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,31 +214,31 @@ def _split(tree, m: int, batch_layout):
   return jax.tree.map(one, tree)
 
 
-def _grads(params, batch, mcfg, cfg, micro: int, batch_layout):
+def _grads(params, batch, mcfg, cfg, micro: int, batch_layout, dispatch=None):
   """Gradient and stats of the whole `batch`, accumulated over micro-batches of `micro` rows."""
   n_samples = jnp.maximum(jnp.sum(jnp.sum(batch["loss_mask_BT"], axis=1) > 0), 1).astype(
       jnp.float32)
   vg = jax.value_and_grad(loss_fn, has_aux=True)
   B = batch["tokens_BT"].shape[0]
   if micro == 0 or micro == B:
-    (loss, stats), grads = vg(params, batch, n_samples, mcfg, cfg)
+    (loss, stats), grads = vg(params, batch, n_samples, mcfg, cfg, dispatch)
     return loss, grads, stats
   mbs = _split(batch, B // micro, batch_layout)
 
   def body(carry, mb):
     loss_acc, g_acc, s_acc = carry
-    (loss, stats), g = vg(params, mb, n_samples, mcfg, cfg)
+    (loss, stats), g = vg(params, mb, n_samples, mcfg, cfg, dispatch, micro / B)
     return (loss_acc + loss, jax.tree.map(jnp.add, g_acc, g), rl.combine_stats(s_acc, stats)), None
 
   first = jax.tree.map(lambda x: x[0], mbs)
-  (loss, stats), grads = vg(params, first, n_samples, mcfg, cfg)
+  (loss, stats), grads = vg(params, first, n_samples, mcfg, cfg, dispatch, micro / B)
   rest = jax.tree.map(lambda x: x[1:], mbs)
   (loss, grads, stats), _ = jax.lax.scan(body, (loss, grads, stats), rest)
   return loss, grads, stats
 
 
-def _update(state: TrainState, batch, mcfg, cfg, tx, micro, batch_layout):
-  loss, grads, stats = _grads(state.params, batch, mcfg, cfg, micro, batch_layout)
+def _update(state: TrainState, batch, mcfg, cfg, tx, micro, batch_layout, dispatch=None):
+  loss, grads, stats = _grads(state.params, batch, mcfg, cfg, micro, batch_layout, dispatch)
   grad_norm = optax.tree.norm(grads)
   ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
 
@@ -217,18 +252,20 @@ def _update(state: TrainState, batch, mcfg, cfg, tx, micro, batch_layout):
   new = TrainState(state.step + ok.astype(jnp.int32), params, opt_state, state.rng)
   metrics = dict(rl.finalize_stats(stats), loss=loss, grad_norm=grad_norm,
                  skipped=1.0 - ok.astype(jnp.float32))
+  if "router_aux_loss" in stats:
+    metrics["router_aux_loss"] = stats["router_aux_loss"]
   return new, metrics
 
 
-def _train_step(state: TrainState, batch, mcfg, cfg, tx, batch_layout):
+def _train_step(state: TrainState, batch, mcfg, cfg, tx, batch_layout, dispatch=None):
   B = batch["tokens_BT"].shape[0]
   M = cfg.minibatches
   if M == 1:
-    new, metrics = _update(state, batch, mcfg, cfg, tx, cfg.micro_batch, batch_layout)
+    new, metrics = _update(state, batch, mcfg, cfg, tx, cfg.micro_batch, batch_layout, dispatch)
     return new, dict(metrics, lr=jnp.float32(cfg.lr))
   # Several optimizer steps on one batch: the ratio is taken against the policy that started it.
   def old_logp(mb):
-    return score(state.params, mb, mcfg, cfg.chunk)[0]
+    return score(state.params, mb, mcfg, cfg.chunk, dispatch=dispatch)[0]
   micro = cfg.micro_batch or B
   if micro < B:
     logp_old = jax.lax.map(old_logp, _split(batch, B // micro, batch_layout))
@@ -239,7 +276,7 @@ def _train_step(state: TrainState, batch, mcfg, cfg, tx, batch_layout):
   mini = _split(batch, M, batch_layout)
   sub_micro = 0 if cfg.micro_batch in (0, B // M) else cfg.micro_batch
   state, per_mb = jax.lax.scan(
-      lambda s, mb: _update(s, mb, mcfg, cfg, tx, sub_micro, batch_layout), state, mini)
+      lambda s, mb: _update(s, mb, mcfg, cfg, tx, sub_micro, batch_layout, dispatch), state, mini)
   metrics = {k: (v.max() if k.endswith("_max") else v.mean()) for k, v in per_mb.items()}
   return state, dict(metrics, lr=jnp.float32(cfg.lr))
 
@@ -261,17 +298,30 @@ def batch_fields(cfg: LearnerConfig) -> tuple[str, ...]:
   return fields + (("logp_ref_BT",) if cfg.kl_beta != 0.0 else ())
 
 
-def validate_batch(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards: int = 1) -> None:
+def validate_batch(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards: int = 1,
+                   model_cfg: model_lib.ModelConfig | None = None) -> None:
   """Host-side checks that turn bad input into a clear error instead of a NaN update."""
-  required = batch_fields(cfg)
+  replay = bool(cfg.routing_replay and model_cfg is not None and model_cfg.n_experts)
+  required = batch_fields(cfg) + (("experts_BTLk",) if replay else ())
   optional = ("positions_BT", "valid_BT", "score_index_BM", "prefix_tokens_UP", "prefix_slot_B")
   missing = [k for k in required if k not in batch]
   extra = [k for k in batch if k not in required + optional]
   if missing or extra:
     raise ValueError(f"batch fields: missing {missing}, unexpected {extra} (kl_beta="
-                     f"{cfg.kl_beta}; logp_ref_BT is needed exactly when kl_beta != 0)")
+                     f"{cfg.kl_beta}; logp_ref_BT is needed exactly when kl_beta != 0; "
+                     f"experts_BTLk exactly when routing_replay is on for a MoE model)")
   B, T = np.shape(batch["tokens_BT"])
+  if replay:
+    shape = (B, T, len(model_cfg.sparse_layers), model_cfg.experts_per_token)
+    e = np.asarray(batch["experts_BTLk"])
+    if e.shape != shape or not np.issubdtype(e.dtype, np.integer):
+      raise ValueError(f"batch['experts_BTLk'] has shape {e.shape} ({e.dtype}), expected integer "
+                       f"experts of shape {shape}")
+    if e.size and (e.min() < -1 or e.max() >= model_cfg.n_experts):
+      raise ValueError(f"experts_BTLk must lie in [-1, {model_cfg.n_experts})")
   for k, v in batch.items():
+    if k == "experts_BTLk":
+      continue
     want = (B,) if k.endswith("_B") else (B, T)
     if k == "score_index_BM":  # [B, M] for any M, positions inside the sequence
       want = (B, np.shape(v)[-1] if np.ndim(v) == 2 else -1)
@@ -351,6 +401,7 @@ def make_learner(model_cfg: model_lib.ModelConfig, cfg: LearnerConfig, mesh: Mes
                  rules: Mapping[str, tuple[str, ...]] = sharding.DEFAULT_RULES) -> Learner:
   """Builds the sharded, jitted step for params laid out by `sharding.param_shardings`."""
   tx = optimizer(cfg)
+  dispatch = (moe_lib.make_dispatch(mesh, rules, cfg.moe_impl) if model_cfg.n_experts else None)
   p_sh = sharding.param_shardings(model_cfg, mesh, rules)
   rep = sharding.replicated(mesh)
   abstract = jax.eval_shape(lambda: model_lib.init_params(model_cfg, jax.random.key(0)))
@@ -364,7 +415,7 @@ def make_learner(model_cfg: model_lib.ModelConfig, cfg: LearnerConfig, mesh: Mes
     return {k: sharding.batch_sharding(mesh, rules, np.ndim(v)) for k, v in batch.items()}
 
   step_fn = functools.partial(_train_step, mcfg=model_cfg, cfg=cfg, tx=tx,
-                              batch_layout=batch_layout)
+                              batch_layout=batch_layout, dispatch=dispatch)
   jitted_by_fields: dict[tuple, Any] = {}
 
   def jitted(batch):
@@ -391,7 +442,7 @@ def make_learner(model_cfg: model_lib.ModelConfig, cfg: LearnerConfig, mesh: Mes
     return state, dict(metrics, prefix_saving=np.float32(saving))
 
   def train_step(state: TrainState, batch: Mapping[str, Any]):
-    validate_batch(batch, cfg, n_shards)
+    validate_batch(batch, cfg, n_shards, model_cfg)
     return jitted_step(state, batch)
 
   return Learner(model_cfg, cfg, mesh, state_sh, init_state, train_step, jitted_step)

@@ -1,11 +1,13 @@
-"""Mixture-of-experts feed-forward blocks as transformers' Qwen3MoeForCausalLM computes them:
-routing, dropless dispatch to the experts, expert parallelism, and the layout of mixed stacks.
+"""Mixture-of-experts feed-forward blocks as transformers' Qwen3MoeForCausalLM computes them
+(docs/method.md §8b): routing, dropless dispatch to the experts, expert parallelism, and the
+layout of mixed layer stacks.
 
 Routing: router logits in float32 at the highest matmul precision (a default float32 product on
 TPU rounds its operands to bfloat16, enough to flip a near-tie between two experts), a softmax
 over all E experts, the top k, renormalised to sum to one when `norm_topk_prob`. Replayed
-routing keeps the experts it is given and takes only their weights from the current router, so
-the router still gets gradients (docs/method.md §8b).
+routing (the sampler's experts, given to the learner so that its log-probs and the sampler's
+come from the same experts) keeps the experts it is given and takes only their weights from the
+current router, so the router still gets gradients.
 
 Dispatch is dropless: every (token, expert) assignment is computed, none is dropped. The
 assignments are sorted by expert and run through a grouped matmul, one of `IMPLS`:
@@ -225,6 +227,10 @@ def grouped(x_MD, w_EDF, sizes_E, impl: str, dt):
   last group are zero."""
   if impl == "tiles":
     return _tiles(x_MD, w_EDF, sizes_E, dt)
+  # Rows past the last group come out (and, in the backward pass, go in) undefined: the kernels
+  # do not write them. The selects keep that out of both passes.
+  live = jnp.arange(x_MD.shape[0]) < sizes_E.sum()
+  x_MD = jnp.where(live[:, None], x_MD, 0.0)
   if impl == "megablox":
     y = _megablox(x_MD, w_EDF, sizes_E, dt)
   elif impl == "ragged_dot":
@@ -232,7 +238,6 @@ def grouped(x_MD, w_EDF, sizes_E, impl: str, dt):
                            preferred_element_type=jnp.float32)
   else:
     raise ValueError(f"no grouped matmul {impl!r}")
-  live = jnp.arange(x_MD.shape[0]) < sizes_E.sum()
   return jnp.where(live[:, None], y, 0.0)
 
 
@@ -243,8 +248,9 @@ def ffn(h_ND, experts_Nk, weights_Nk, w_gate, w_up, w_down, impl: str, dtype):
   E = w_gate.shape[0]
   dt = jnp.dtype(dtype)
   if impl == "dense":
-    comb_NE = jnp.zeros((N, E)).at[jnp.arange(N)[:, None], experts_Nk].add(weights_Nk,
-                                                                           mode="drop")
+    other = (experts_Nk < 0) | (experts_Nk >= E)  # (a negative index would count from the end)
+    comb_NE = jnp.zeros((N, E)).at[jnp.arange(N)[:, None], jnp.where(other, E, experts_Nk)].add(
+        weights_Nk, mode="drop")
     h = h_ND.astype(dt)
     g, u = (jnp.einsum("nd,edf->nef", h, w.astype(dt), preferred_element_type=jnp.float32)
             for w in (w_gate, w_up))

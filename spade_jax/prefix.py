@@ -10,7 +10,10 @@ out as the [B, T, D] of the plain forward pass. The result is the same function 
 parameters; only the repeated work is gone.
 
 `find` (host side) picks P and the distinct prefixes, `grouping_order` puts rows that share a
-prompt into the same micro-batch, and `hidden_states` is the forward pass.
+prompt into the same micro-batch, and `hidden_states` is the forward pass. A mixture-of-experts
+model routes each token by itself (dropless), so running a prefix once changes nothing there
+either; replayed routing for a prefix is that of the first row that begins with it (the rows of a
+group share their prompt's prefill in the sampler, hence its routing).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 
 from spade_jax import attention as attention_lib
 from spade_jax import model as model_lib
+from spade_jax import moe as moe_lib
 
 
 class Split(NamedTuple):
@@ -119,9 +123,10 @@ def check(tokens_BT, tokens_UP, slot_B, parts: int = 1) -> None:
 
 
 def hidden_states(params, tokens_BT, tokens_UP, slot_B, cfg: model_lib.ModelConfig,
-                  remat: bool = False):
+                  remat: bool = False, routing: moe_lib.Routing | None = None):
   """`model.hidden_states` of right-padded (or unpadded) rows that begin with the prefixes
-  `tokens_UP[slot_B]`: [B, T, D] float32, each prefix run once."""
+  `tokens_UP[slot_B]`: [B, T, D] float32, each prefix run once; given `routing` (a MoE model,
+  its replay one [Ls, B, T, k] array for the rows), (hidden states, `moe.RouterStats`)."""
   (U, P), (B, T) = tokens_UP.shape, tokens_BT.shape
   S = T - P
   pos_P = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32), (U, P))
@@ -138,5 +143,14 @@ def hidden_states(params, tokens_BT, tokens_UP, slot_B, cfg: model_lib.ModelConf
 
   xs = (model_lib.embed(params, tokens_UP).astype(jnp.float32),
         model_lib.embed(params, tokens_BT[:, P:]).astype(jnp.float32))
-  h_p, h_s = model_lib.layer_stack(params, xs, ropes, attend, cfg, remat)
-  return jnp.concatenate([h_p[slot_B], h_s], axis=1)
+  if not cfg.n_experts:
+    h_p, h_s = model_lib.layer_stack(params, xs, ropes, attend, cfg, remat)
+    return jnp.concatenate([h_p[slot_B], h_s], axis=1)
+  want_stats, routing = routing is not None, routing or moe_lib.Routing()
+  if routing.replay is not None:
+    (r,) = routing.replay
+    first_U = jnp.argmax(slot_B[None, :] == jnp.arange(U)[:, None], axis=1)  # 0 for unused slots
+    routing = routing._replace(replay=(r[:, first_U, :P], r[:, :, P:]))
+  (h_p, h_s), stats = model_lib.layer_stack(params, xs, ropes, attend, cfg, remat, routing)
+  h = jnp.concatenate([h_p[slot_B], h_s], axis=1)
+  return (h, stats) if want_stats else h

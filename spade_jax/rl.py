@@ -302,3 +302,28 @@ def finalize_stats(stats: Mapping[str, jax.Array]) -> dict:
   if "entropy_sum" in stats:
     out["entropy_mean"] = stats["entropy_sum"] / tok
   return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Routing replay (a mixture-of-experts policy)
+
+
+def routing_replay(segments, length: int) -> np.ndarray:
+  """One row of the learner's `experts_BTLk`: the experts the sampler routed a conversation's
+  tokens to, int16 [length, sparse layers, k], in token order from position 0, -1 (route
+  afresh) past the given tokens.
+
+  `segments` are, call by call, the sampler's `Output.prefill_experts[i]` and then
+  `Output.experts[i, :Output.lengths[i] - 1]`: together every token of the conversation but its
+  last, which predicts nothing. A left-padded batch row shifts the result by its padding.
+  """
+  parts = [np.asarray(s) for s in segments]
+  if not parts or any(p.ndim != 3 or p.shape[1:] != parts[0].shape[1:] for p in parts):
+    raise ValueError(f"routing segments must be [n, layers, k] arrays of one shape, got "
+                     f"{[p.shape for p in parts]}")
+  routed = np.concatenate(parts).astype(np.int16)
+  if len(routed) > length:
+    raise ValueError(f"{len(routed)} routed tokens do not fit a row of {length}")
+  out = np.full((length, *routed.shape[1:]), -1, np.int16)
+  out[:len(routed)] = routed
+  return out

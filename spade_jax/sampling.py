@@ -15,6 +15,13 @@ nothing. Only the new tokens are prefilled; the turn's final sampled token is fe
 `Output` has one row per conversation: tokens, log-probs (see `logprobs.py`), lengths and finish
 reasons; rows not continued in a call have length 0 and reason "none".
 
+Routing (a MoE model, `Sampler(routing=True)`): the Output also says which experts every token
+fed in the call was routed to, in token order: `prefill_experts[i]` for the tokens prefilled
+(the prompt, or the previous turn's last sampled token and the observation), then
+`experts[i, :lengths[i] - 1]` for the sampled tokens (the last one is fed by the next call).
+Turn after turn these cover every token of a conversation but its very last, which is what the
+learner replays (`rl.routing_replay` builds its batch row).
+
 Shapes are bucketed (batch: powers of two; prompt chunk and cache capacity: `kv_cache.ladder`;
 prompts longer than MAX_CHUNK go in several chunks of one compiled program), so a second call
 of the same bucket reuses the compiled program. `extend` donates the previous
@@ -28,12 +35,14 @@ import functools
 from typing import Mapping, NamedTuple, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
 from spade_jax import decode
 from spade_jax import kv_cache
 from spade_jax import model as model_lib
+from spade_jax import moe as moe_lib
 from spade_jax import sharding as sharding_lib
 from spade_jax.kv_cache import Cache
 
@@ -65,6 +74,9 @@ class Output(NamedTuple):
   logprobs: np.ndarray  # float32 [N, max_new_tokens], 0 past each row's length
   lengths: np.ndarray  # int32 [N]
   finish: np.ndarray  # int32 [N], index into FINISH_REASONS
+  # With routing: int16 [N, max_new_tokens, Ls, k], -1 where no token was fed
+  experts: np.ndarray | None = None
+  prefill_experts: tuple | None = None  # With routing: per row int16 [tokens prefilled, Ls, k]
 
   def token_lists(self) -> list[list[int]]:
     return [row[:n].tolist() for row, n in zip(self.tokens, self.lengths)]
@@ -97,9 +109,16 @@ class _Layout:
   rules: tuple[tuple[str, tuple[str, ...]], ...]
   B: int  # rows
   S: int  # cache capacity
+  moe_impl: str = "auto"
+  routing: bool = False  # return the experts of every token fed
 
   def cache_sh(self, B: int | None = None, S: int | None = None) -> Cache:
     return kv_cache.shardings(self.cfg, self.mesh, dict(self.rules), B or self.B, S or self.S)
+
+  def dispatch(self) -> moe_lib.Dispatch | None:
+    if not self.cfg.n_experts:
+      return None
+    return moe_lib.make_dispatch(self.mesh, dict(self.rules), self.moe_impl)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,8 +153,10 @@ def _empty(layout: _Layout):
 
 @functools.partial(jax.jit, static_argnames=("layout",), donate_argnames=("cache",))
 def _prefill(params, cache, tokens_BC, valid_BC, layout: _Layout):
-  logits_BV, cache = decode.prefill_chunk(params, cache, tokens_BC, valid_BC, layout.cfg)
-  return kv_cache.constrain(cache, layout.cache_sh()), logits_BV
+  out = decode.prefill_chunk(params, cache, tokens_BC, valid_BC, layout.cfg, layout.dispatch(),
+                             layout.routing)
+  experts = out[2].astype(jnp.int16) if layout.routing else None
+  return kv_cache.constrain(out[1], layout.cache_sh()), out[0], experts
 
 
 @functools.partial(jax.jit, static_argnames=("layout",))
@@ -155,8 +176,9 @@ def _compact(cache, rows_B, keep_B, layout: _Layout):
 def _decode(w, cache, logits_BV, keep_B, sp, layout: _Layout, dec: _Decoding):
   s = decode.decode_loop(w, cache, logits_BV, keep_B, sp, layout.cfg, max_new=dec.max_new,
                          top_k=dec.top_k, greedy=dec.greedy, eos_ids=dec.eos_ids,
-                         stop_ids=dec.stop_ids, cache_sh=layout.cache_sh())
-  return s.cache, (s.tokens_BN, s.logp_BN, s.n_B, s.finish_B, s.last_B)
+                         stop_ids=dec.stop_ids, cache_sh=layout.cache_sh(),
+                         dispatch=layout.dispatch(), routing=layout.routing)
+  return s.cache, (s.tokens_BN, s.logp_BN, s.n_B, s.finish_B, s.last_B, s.experts_BNLk)
 
 
 def _chunk_len(n: int) -> int:
@@ -186,10 +208,18 @@ class Sampler:
   stop_ids: tuple[int, ...] = ()  # finish reason "stop" (e.g. end-of-turn markers)
   pad_id: int = 0
   min_capacity: int = 64
+  moe_impl: str = "auto"  # how a MoE model's experts run (`moe.IMPLS`)
+  routing: bool = False  # a MoE model's outputs say which experts each fed token used
+
+  def __post_init__(self):
+    if self.routing and not self.cfg.n_experts:
+      raise ValueError("routing=True needs a mixture-of-experts model")
+    moe_lib.make_dispatch(None, {}, self.moe_impl)  # an unknown impl is an error here
 
   @classmethod
-  def for_model(cls, loaded, mesh: Mesh | None = None, rules=None) -> "Sampler":
-    """A sampler for `loading.load_model(...)`'s result: stops from its tokenizer, its mesh."""
+  def for_model(cls, loaded, mesh: Mesh | None = None, rules=None, **kw) -> "Sampler":
+    """A sampler for `loading.load_model(...)`'s result: stops from its tokenizer, its mesh;
+    `kw` sets the other fields (moe_impl, routing)."""
     from spade_jax import tokenizer as tok_lib
 
     leaf = jax.tree.leaves(loaded.params)[0]
@@ -199,13 +229,13 @@ class Sampler:
       eos_id = loaded.tokenizer.eos_token_id
       eos = () if eos_id is None else (int(eos_id),)
       stops = tuple(i for i in tok_lib.stop_token_ids(loaded.tokenizer) if i not in eos)
-    return cls(loaded.cfg, mesh, dict(rules or sharding_lib.DEFAULT_RULES), eos, stops)
+    return cls(loaded.cfg, mesh, dict(rules or sharding_lib.DEFAULT_RULES), eos, stops, **kw)
 
   # -- helpers ---------------------------------------------------------------------------------
 
   def _layout(self, B: int, S: int) -> _Layout:
     return _Layout(self.cfg, self.mesh, tuple(sorted((k, tuple(v)) for k, v in self.rules.items())),
-                   B, S)
+                   B, S, self.moe_impl, self.routing)
 
   def _decoding(self, settings: Settings) -> _Decoding:
     eos = () if settings.ignore_eos else tuple(self.eos_ids)
@@ -219,14 +249,20 @@ class Sampler:
                    dec=self._decoding(settings))
 
   def _prefill(self, params, cache, tokens, valid):
-    """Prefills left-padded [B, C] tokens chunk by chunk; returns (cache, last logits)."""
+    """Prefills left-padded [B, C] tokens chunk by chunk; returns (cache, last logits, with
+    routing each row's experts of its valid tokens [n_b, Ls, k], else None)."""
     B, S = cache.valid_BS.shape
     layout = self._layout(B, S)
     step = min(tokens.shape[1], MAX_CHUNK)
+    experts = []
     for c in range(0, tokens.shape[1], step):
-      cache, logits = _prefill(params, cache, self._put(tokens[:, c:c + step]),
-                               self._put(valid[:, c:c + step]), layout=layout)
-    return cache, logits
+      cache, logits, e = _prefill(params, cache, self._put(tokens[:, c:c + step]),
+                                  self._put(valid[:, c:c + step]), layout=layout)
+      experts.append(e)
+    if not self.routing:
+      return cache, logits, None
+    e_BCLk = np.concatenate(jax.device_get(experts), axis=1)
+    return cache, logits, [e_BCLk[b][valid[b]] for b in range(B)]
 
   def capacity(self, need: int, capacity: int | None = None) -> int:
     """The cache capacity of a call that needs `need` slots: `capacity` when given (an error if
@@ -252,8 +288,9 @@ class Sampler:
         self._put(np.maximum(rows, 0).astype(np.int32)),
         self._put(np.asarray(seed, np.int32), ndim_batch=False))
 
-  def _finish(self, out, rows, N, last, pos, alive, cache) -> tuple[Conversations, Output]:
-    tokens_BN, logp_BN, n_B, finish_B, last_B = jax.device_get(out)
+  def _finish(self, out, rows, N, last, pos, alive, cache, prefill_experts=None
+              ) -> tuple[Conversations, Output]:
+    tokens_BN, logp_BN, n_B, finish_B, last_B, experts_BNLk = jax.device_get(out)
     M = tokens_BN.shape[1]
     res = Output(np.zeros((N, M), np.int32), np.zeros((N, M), np.float32),
                  np.zeros((N,), np.int32), np.zeros((N,), np.int32))
@@ -261,6 +298,10 @@ class Sampler:
     idx = rows[real]
     res.tokens[idx], res.logprobs[idx] = tokens_BN[real], logp_BN[real]
     res.lengths[idx], res.finish[idx] = n_B[real], finish_B[real]
+    if self.routing:
+      experts = np.full((N, *experts_BNLk.shape[1:]), -1, np.int16)
+      experts[idx] = experts_BNLk[real]
+      res = res._replace(experts=experts, prefill_experts=tuple(prefill_experts))
     last = last.copy()
     last[idx] = last_B[real]
     # Fed this call: everything sampled except the last token, which waits for the next chunk.
@@ -288,14 +329,15 @@ class Sampler:
     layout = self._layout(B, S)
     # The prompts are prefilled once, into a cache just large enough for the padded chunks, then
     # fanned out into the full capacity (so neither step's cost grows with the capacity).
-    cache, logits = self._prefill(params, _empty(self._layout(Bp, kv_cache.bucket(C))), tokens,
-                                  valid)
+    cache, logits, pre = self._prefill(params, _empty(self._layout(Bp, kv_cache.bucket(C))),
+                                       tokens, valid)
     cache, logits = _fan_out(cache, logits,
                             self._put(np.where(rows >= 0, rows // G, 0).astype(np.int32)),
                              self._put(rows >= 0), layout=layout)
     cache, out = self._run_decode(params, cache, logits, rows, settings, seed, layout)
     pos = np.repeat(np.asarray([len(p) for p in prompts]), G)
-    return self._finish(out, rows, N, np.zeros(N, np.int32), pos, np.ones(N, bool), cache)
+    pre = pre and [pre[i // G] for i in range(N)]
+    return self._finish(out, rows, N, np.zeros(N, np.int32), pos, np.ones(N, bool), cache, pre)
 
   def extend(self, params, conv: Conversations, new_tokens: Sequence[Sequence[int] | None],
              settings: Settings, seed: int, capacity: int | None = None
@@ -326,11 +368,17 @@ class Sampler:
     layout = self._layout(B, S)
     # Compact the kept rows (closing the gaps), then prefill only the new tokens.
     cache = _compact(conv.cache, self._put(rows_old), self._put(rows >= 0), layout=layout)
-    cache, logits = self._prefill(params, cache, tokens, valid)
+    cache, logits, pre_B = self._prefill(params, cache, tokens, valid)
     cache, out = self._run_decode(params, cache, logits, rows, settings, seed, layout)
     pos = conv.pos.copy()
     pos[ids] += [len(c) for c in chunks]
-    return self._finish(out, rows, conv.num, conv.last, pos, keep, cache)
+    pre = None
+    if self.routing:
+      shape = (0, len(self.cfg.sparse_layers), self.cfg.experts_per_token)
+      pre = [np.zeros(shape, np.int16) for _ in range(conv.num)]
+      for b, c in enumerate(ids):
+        pre[c] = pre_B[b]
+    return self._finish(out, rows, conv.num, conv.last, pos, keep, cache, pre)
 
   def generate(self, params, prompts: Sequence[Sequence[int]], settings: Settings, seed: int,
                num_samples: int = 1, capacity: int | None = None) -> Output:
