@@ -42,7 +42,7 @@ sethostname setdomainname iopl ioperm name_to_handle_at open_by_handle_at vhangu
 setuid setgid setreuid setregid setresuid setresgid setgroups setfsuid setfsgid capset capget personality
 bpf perf_event_open userfaultfd keyctl add_key request_key io_uring_setup io_uring_enter
 io_uring_register mbind migrate_pages move_pages set_mempolicy process_madvise fanotify_init
-lookup_dcookie uselib setpgid
+lookup_dcookie uselib setpgid membarrier
 shmget shmat shmdt shmctl msgget msgsnd msgrcv msgctl semget semop semtimedop semctl ipc
 mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr
 memfd_create memfd_secret inotify_init inotify_init1 inotify_add_watch inotify_rm_watch
