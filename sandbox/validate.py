@@ -145,7 +145,7 @@ def validate_many(pool: Pool, texts: Sequence[str], options: Options = Options()
             return _judge_main(runs.get("main", []), True, draws[i])
         return _judge_rest(runs, cut, options)
 
-    parallel = options.parallel or max(2, os.cpu_count() or 1)
+    parallel = options.parallel or max(2, len(os.sched_getaffinity(0)))
     for i, (v, seconds) in run(pool, todo, first, after_main, judge, options.total_s, parallel).items():
         verdicts[i] = dataclasses.replace(v, seconds=round(seconds, 3))
     return [verdicts[i] for i in range(len(codes))]

@@ -1,10 +1,11 @@
 """Host-side handles to the worker processes ("zygotes").
 
-A zygote is started with `subprocess` (never by forking the caller, which may be a JAX process
-with threads), with a clean environment, PYTHONHASHSEED=0 and single-threaded numeric libraries.
-The host talks to it over a SOCK_SEQPACKET socket: one JSON message per packet, pipe ends for a
-new episode attached with SCM_RIGHTS. The zygote only forks, kills and reaps; it is trusted code
-and never runs an environment itself.
+A worker is started with `subprocess` (never by forking the caller, which may be a JAX process
+with threads), with a clean environment, PYTHONHASHSEED=0 and single-threaded numeric libraries;
+where the kernel allows a pid namespace, the started process only supervises the zygote it
+forks (worker.py). The host talks to the zygote over a SOCK_SEQPACKET socket: one JSON message
+per packet, pipe ends for a new episode attached with SCM_RIGHTS. The zygote only forks, kills
+and reaps; it is trusted code and never runs an environment itself.
 """
 
 from __future__ import annotations
