@@ -78,7 +78,8 @@ def cmd_validate(args) -> int:
             judged[len(rows) - 1] = text
     if judged:
         with _pool(args) as pool:
-            verdicts = validate_many(pool, list(judged.values()), Options(total_s=args.total_s, seed=args.seed))
+            options = Options(total_s=args.total_s, seed=args.seed)
+            verdicts = validate_many(pool, list(judged.values()), options)
         for i, v in zip(judged, verdicts):
             rows[i] = {"file": args.files[i], **v.to_json()}
     for row in rows:

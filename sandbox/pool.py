@@ -4,8 +4,9 @@ The self-play loop starts many episodes at once and steps all live ones with `st
 sends every action before it returns and then yields checked replies in the order they finish;
 the host can sample on the device while children compute. Every request carries a deadline, and
 every episode a wall-time budget over all its requests (Limits.episode_s), charged only with
-time the host spent waiting for it; a child that misses either is SIGKILLed by its worker. Replies are checked here (contract.py), never
-trusted. Nothing here forks the calling process: workers are started with `subprocess`.
+time the host spent waiting for it; a child that misses either is SIGKILLed by its worker.
+Replies are checked here (contract.py, outcomes.py), never trusted. Nothing here forks the
+calling process: workers are started with `subprocess`.
 
 Not thread-safe: drive a pool from one thread, and create it from a thread that outlives it (the
 workers' parent-death signal follows the creating thread).
@@ -295,8 +296,8 @@ class Pool:
         ep.op, ep.budget_cut = req["op"], left < timeout
         ep.deadline, ep.mark = time.monotonic() + min(timeout, left), self._polled
         if left <= 0:
-            self._ready[ep.id] = self._fail(ep, Status.TIMEOUT, f"{req['op']}: the episode's wall-time "
-                                                                f"budget of {self.limits.episode_s:g} s is used up")
+            why = f"the episode's wall-time budget of {self.limits.episode_s:g} s is used up"
+            self._ready[ep.id] = self._fail(ep, Status.TIMEOUT, f"{req['op']}: {why}")
             return
         try:
             protocol.write_all(ep.wfd, protocol.encode(req), ep.deadline)

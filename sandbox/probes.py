@@ -101,9 +101,11 @@ def draw(rng: random.Random, max_action_chars: int, steps: int, first_seed: int 
         probes = (f"\\boxed{{{rng.randrange(1, 100)}}}", "\\boxed{" + rng.choice(WORDS) + "}",
                   f"\\boxed{{{rng.randrange(100, 10**6)}}}")
     fixed = degenerate_policies(max_action_chars)
-    make = {"empty": lambda: rng.choice(fixed["empty"]),
-            "garbage": lambda: rng.choice(fixed["garbage"]) if rng.random() < 0.25 else _garbage(rng),
-            "long": lambda: rng.choice(fixed["long"]) if rng.random() < 0.25 else _long(rng, max_action_chars),
-            "shotgun": lambda: rng.choice(fixed["shotgun"]) if rng.random() < 0.25 else _shotgun(rng)}
-    policies = {name: [fn()[:max_action_chars] for _ in range(steps)] for name, fn in make.items()}
+    fresh = {"empty": lambda: rng.choice(fixed["empty"]), "garbage": lambda: _garbage(rng),
+             "long": lambda: _long(rng, max_action_chars), "shotgun": lambda: _shotgun(rng)}
+
+    def one(name: str) -> str:  # a quarter from the fixed lists, the rest generated
+        return rng.choice(fixed[name]) if rng.random() < 0.25 else fresh[name]()
+
+    policies = {name: [one(name)[:max_action_chars] for _ in range(steps)] for name in fixed}
     return Draw(s1, s2, tuple(probes), policies)
