@@ -8,6 +8,8 @@ Presets (`--config=configs/spade.py:PRESET`):
               python -m spade_jax.train --config=configs/spade.py:qwen3_4b \
                   --config.model=/data/Qwen3-4B --workdir=gs://bucket/run
   qwen3_8b  the same for Qwen3-8B (KL beta 0.005).
+  qwen3_30b_a3b  the same for Qwen3-30B-A3B (beta 0), experts split over the mesh's expert axis,
+              with routing replay; mesh planned with `python -m spade_jax.plan` (README, MoE).
 
 Every number of docs/method.md is a field here with the paper's default; rerunning the same command on
 the same workdir resumes the run.
@@ -26,6 +28,8 @@ PRESETS = {
     "local": "the embedded SmolLM2-135M on CPU: two regeneration windows in a few minutes",
     "qwen3_4b": "the paper's games recipe for Qwen3-4B (beta 0); needs --config.model=HF_DIR",
     "qwen3_8b": "the same for Qwen3-8B (KL beta 0.005); needs --config.model=HF_DIR",
+    "qwen3_30b_a3b": "the same for Qwen3-30B-A3B (beta 0, expert-parallel, routing replay); "
+                     "needs --config.model=HF_DIR",
 }
 
 
@@ -97,6 +101,12 @@ def get_config(arg=None):
   c.optim = ml_collections.ConfigDict(dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98,
                                            eps=1e-8, grad_clip=1.0, micro_batch=0, remat=True,
                                            share_prefix=True))  # run a group's shared prompt once
+  # Mixture-of-experts models: the learner routes each token to the experts the sampler chose
+  # (routing replay), the router's load-balancing loss weight (0 in RL), the grouped matmul
+  # (spade_jax/moe.py: auto, ragged_dot, megablox, tiles, dense).
+  c.rl.routing_replay = False
+  c.rl.router_aux_coef = 0.0
+  c.moe = ml_collections.ConfigDict(dict(impl="auto"))
 
   # §8 memory and corpus
   c.memory = ml_collections.ConfigDict(dict(capacity=200, code_chars=2000, n_positive=2,
@@ -143,6 +153,16 @@ def get_config(arg=None):
     c.mesh.data, c.mesh.fsdp = 1, -1
     c.rl.kl_beta = 0.005
     c.designer.max_new_tokens = 20000
+  elif preset == "qwen3_30b_a3b":
+    c.model = ""
+    c.dtype = "bfloat16"
+    # From `python -m spade_jax.plan` (README, MoE): experts over 8 devices, which also split the
+    # batch, FSDP over the rest; one row per device per micro-batch on a v5p-64 slice (45 of
+    # 95 GB). An 8 x H200 node: --config.optim.micro_batch=8 --config.agent_context=16384.
+    c.mesh.data, c.mesh.fsdp, c.mesh.expert = 1, -1, 8
+    c.rules.batch = ("data", "fsdp", "expert")
+    c.optim.micro_batch = 64
+    c.rl.routing_replay = True
   else:
     raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
   return c

@@ -55,6 +55,29 @@ def spec_kind(spec: str) -> str:
       f"{sorted(model_lib.PRESETS)}")
 
 
+def read_config(spec: str, dtype: str = "float32") -> model_lib.ModelConfig:
+  """The architecture SPEC names, from its config alone (no weights are read)."""
+  kind = spec_kind(spec)
+  if kind == "random":
+    name = spec.split(":", 1)[1]
+    if name not in model_lib.PRESETS:
+      raise CheckpointError(f"unknown preset {name!r}; presets: {sorted(model_lib.PRESETS)}")
+    return model_lib.PRESETS[name].replace(dtype=dtype)
+  if kind == "hf":
+    return hf.read_config(spec, dtype)
+  if kind == "checkpoint":
+    import orbax.checkpoint as ocp
+
+    d = checkpoint.step_dir(spec)
+    if d is None:
+      raise CheckpointError(f"{spec}: no finished checkpoint step found")
+    meta = ocp.Checkpointer(ocp.CompositeCheckpointHandler()).restore(
+        d, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    return model_lib.ModelConfig(**dict(meta["model_config"], dtype=dtype))
+  path = gguf_io.embedded_gguf_path(spec) if kind == "embedded" else spec
+  return gguf_io.GGUFFile(path).config(dtype)
+
+
 def load_model(spec: str, mesh: jax.sharding.Mesh | None = None,
                rules: Mapping[str, tuple[str, ...]] = sharding.DEFAULT_RULES,
                dtype: str = "float32", seed: int = 0, tokenizer: bool = True) -> Loaded:
@@ -63,10 +86,7 @@ def load_model(spec: str, mesh: jax.sharding.Mesh | None = None,
   kind = spec_kind(spec)
   tok = None
   if kind == "random":
-    name = spec.split(":", 1)[1]
-    if name not in model_lib.PRESETS:
-      raise CheckpointError(f"unknown preset {name!r}; presets: {sorted(model_lib.PRESETS)}")
-    cfg = model_lib.PRESETS[name].replace(dtype=dtype)
+    cfg = read_config(spec, dtype)
     params = sharding.init_sharded(cfg, jax.random.key(seed), mesh, rules)
     return Loaded(cfg, params, None, spec)
   if kind == "checkpoint":

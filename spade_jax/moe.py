@@ -37,6 +37,7 @@ assignment rows, D model, F expert width, Ls sparse layers.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -244,30 +245,83 @@ def grouped(x_MD, w_EDF, sizes_E, impl: str, dt):
 def ffn(h_ND, experts_Nk, weights_Nk, w_gate, w_up, w_down, impl: str, dtype):
   """sum_j weights[n, j] * SwiGLU expert experts[n, j] of token n, float32 [N, D]; assignments to
   experts outside 0..E-1 (another shard's) add nothing. Products take `dtype` operands."""
-  N, k = experts_Nk.shape
-  E = w_gate.shape[0]
-  dt = jnp.dtype(dtype)
   if impl == "dense":
-    other = (experts_Nk < 0) | (experts_Nk >= E)  # (a negative index would count from the end)
-    comb_NE = jnp.zeros((N, E)).at[jnp.arange(N)[:, None], jnp.where(other, E, experts_Nk)].add(
-        weights_Nk, mode="drop")
-    h = h_ND.astype(dt)
-    g, u = (jnp.einsum("nd,edf->nef", h, w.astype(dt), preferred_element_type=jnp.float32)
-            for w in (w_gate, w_up))
-    y_NED = jnp.einsum("nef,efd->ned", (jax.nn.silu(g) * u).astype(dt), w_down.astype(dt),
-                       preferred_element_type=jnp.float32)
-    return jnp.einsum("ne,ned->nd", comb_NE, y_NED)
+    return _dense_ffn(h_ND, experts_Nk, weights_Nk, w_gate, w_up, w_down, dtype)
+  return _sorted_ffn(h_ND, experts_Nk, weights_Nk, w_gate, w_up, w_down, impl, dtype)
+
+
+def _dense_ffn(h_ND, experts_Nk, weights_Nk, w_gate, w_up, w_down, dtype):
+  N, E, dt = h_ND.shape[0], w_gate.shape[0], jnp.dtype(dtype)
+  other = (experts_Nk < 0) | (experts_Nk >= E)  # (a negative index would count from the end)
+  comb_NE = jnp.zeros((N, E)).at[jnp.arange(N)[:, None], jnp.where(other, E, experts_Nk)].add(
+      weights_Nk, mode="drop")
+  h = h_ND.astype(dt)
+  g, u = (jnp.einsum("nd,edf->nef", h, w.astype(dt), preferred_element_type=jnp.float32)
+          for w in (w_gate, w_up))
+  y_NED = jnp.einsum("nef,efd->ned", (jax.nn.silu(g) * u).astype(dt), w_down.astype(dt),
+                     preferred_element_type=jnp.float32)
+  return jnp.einsum("ne,ned->nd", comb_NE, y_NED)
+
+
+def _sort(experts_Nk, weights_Nk, E: int):
+  """The assignments in expert order: (order [M], token of each sorted row, rows per expert,
+  each sorted row's weight, 0 for another shard's experts)."""
   flat = experts_Nk.reshape(-1)
   mine = (flat >= 0) & (flat < E)
   key = jnp.where(mine, flat, E)  # other shards' assignments sort last, in no group
   order = jnp.argsort(key, stable=True)
   sizes = jnp.bincount(key, length=E + 1)[:E]
-  x = h_ND[order // k]
-  g, u = (grouped(x, w, sizes, impl, dt) for w in (w_gate, w_up))
-  y = grouped(jax.nn.silu(g) * u, w_down, sizes, impl, dt)
-  y = y * jnp.where(mine, weights_Nk.reshape(-1), 0.0)[order][:, None]
-  inverse = jnp.zeros_like(order).at[order].set(jnp.arange(N * k, dtype=order.dtype))
-  return y[inverse].reshape(N, k, -1).sum(1)
+  w_M = jnp.where(mine, weights_Nk.reshape(-1), 0.0)[order]
+  return order, order // experts_Nk.shape[1], sizes, w_M
+
+
+def _unsort(y_MD, order, N: int):
+  """Sorted rows back to their assignments, summed over each token's k: [N, D]."""
+  inverse = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))
+  return y_MD[inverse].reshape(N, -1, y_MD.shape[-1]).sum(1)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
+def _sorted_ffn(h_ND, experts_Nk, weights_Nk, w_gate, w_up, w_down, impl, dtype):
+  return _sorted_ffn_fwd(h_ND, experts_Nk, weights_Nk, w_gate, w_up, w_down, impl, dtype)[0]
+
+
+def _sorted_ffn_fwd(h_ND, experts_Nk, weights_Nk, w_gate, w_up, w_down, impl, dtype):
+  order, src, sizes, w_M = _sort(experts_Nk, weights_Nk, w_gate.shape[0])
+  x = h_ND[src]
+  g, u = (grouped(x, w, sizes, impl, dtype) for w in (w_gate, w_up))
+  y = grouped(jax.nn.silu(g) * u, w_down, sizes, impl, dtype) * w_M[:, None]
+  return _unsort(y, order, h_ND.shape[0]), (h_ND, experts_Nk, weights_Nk, w_gate, w_up, w_down,
+                                            g, u)
+
+
+def _sorted_ffn_bwd(impl, dtype, res, dout_ND):
+  """Keeps the block's input, routing and weights and the gate / up products (as the dense MLP
+  does); the sorted copies of the tokens, silu(gate) * up and the products' operands in the
+  compute dtype are rebuilt here. Left to autodiff, each of them, and masks of their size, is
+  stacked over the layers of the scan: several times the layer's other activations."""
+  h_ND, experts_Nk, weights_Nk, w_gate, w_up, w_down, g, u = res
+  N, k = experts_Nk.shape
+  order, src, sizes, w_M = _sort(experts_Nk, weights_Nk, w_gate.shape[0])
+  mm = lambda x, w: grouped(x, w, sizes, impl, dtype)
+  dy = dout_ND[src]
+  a = jax.nn.silu(g) * u
+  # y = (a @ w_down) * w: one product's transpose gives both the rows' and the weights' cotangent.
+  d_aw, d_down = jax.vjp(mm, a * w_M[:, None], w_down)[1](dy)
+  dw_M = jnp.sum(a * d_aw, axis=-1)
+  sig = jax.nn.sigmoid(g)
+  da = d_aw * w_M[:, None]
+  dg, du = da * u * sig * (1 + g * (1 - sig)), da * g * sig
+  x = h_ND[src]
+  dx_g, d_gate = jax.vjp(mm, x, w_gate)[1](dg)
+  dx_u, d_up = jax.vjp(mm, x, w_up)[1](du)
+  dweights = jnp.zeros((N * k,), dw_M.dtype).at[order].set(dw_M).reshape(N, k)
+  mine = (experts_Nk >= 0) & (experts_Nk < w_gate.shape[0])
+  return (_unsort(dx_g + dx_u, order, N).astype(h_ND.dtype), None,
+          jnp.where(mine, dweights, 0.0).astype(weights_Nk.dtype), d_gate, d_up, d_down)
+
+
+_sorted_ffn.defvjp(_sorted_ffn_fwd, _sorted_ffn_bwd)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ def test_train_help_lists_presets_and_the_config_syntax(tmp_path):
   r = _run("-m", "spade_jax.train", "--help", cwd=tmp_path)
   assert r.returncode == 0 and time.perf_counter() - t0 < 20, r.stderr
   presets = config_lib.load_module(config_lib.shipped("spade.py")).PRESETS
-  assert set(presets) == {"local", "qwen3_4b", "qwen3_8b"}
+  assert set(presets) == {"local", "qwen3_4b", "qwen3_8b", "qwen3_30b_a3b"}
   for name, what in presets.items():
     assert f"  {name}" in r.stdout and what in r.stdout
   words = " ".join(r.stdout.split())  # help wraps lines to the terminal width
