@@ -72,8 +72,9 @@ def _mount(src, target: str, fstype, flags: int, data: str | None = None) -> boo
 
 
 def private_root(tmp_root: str, tmpfs_bytes: int, read_dirs: list[str]) -> dict:
-    """A capped tmpfs at `tmp_root`, then (where possible) that tmpfs as the root. Returns facts:
-    tmpfs, host_view (the root moved) and episodes (where episode directories go)."""
+    """A capped tmpfs at `tmp_root` (a directory that exists: mounted over in this namespace
+    only), then (where possible) that tmpfs as the root. Returns facts: tmpfs, host_view (the
+    root moved) and episodes (where episode directories go)."""
     facts = {"tmpfs": False, "host_view": False, "episodes": tmp_root}
     # Private propagation first, or our mounts would show up in the host's namespace.
     if not _mount("none", "/", None, MS_REC | MS_PRIVATE):

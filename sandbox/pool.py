@@ -85,6 +85,10 @@ class Pool:
         except BaseException:
             self.close()
             raise
+        try:  # empty unless a worker keeps its episodes on the host's disk (no mount namespace)
+            os.rmdir(self._root)
+        except OSError:
+            pass
         missing = [p for p in require if not self.protections.get(p)]
         if missing:
             self.close()

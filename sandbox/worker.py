@@ -102,7 +102,6 @@ def main() -> None:
     for name in PRELOAD:
         __import__(name)
     sock = socket.socket(fileno=int(sys.argv[4]))
-    os.makedirs(tmp_root, mode=0o711, exist_ok=True)
     facts = namespaces.unshare_worker()
     outer = None
     if facts["pidns"]:
@@ -140,23 +139,34 @@ def serve(sock: socket.socket, tmp_root: str, limits: Limits, facts: dict, hostp
         prog = seccomp.program()
     except Exception as e:  # noqa: BLE001 - reported by the probe; `require` decides
         prog, facts["seccomp_error"] = None, f"{type(e).__name__}: {e}"
-    if facts["mountns"]:
-        facts.update(namespaces.private_root(tmp_root, limits.tmpfs_bytes, facts["read_dirs"]))
-    else:
+    # With a mount namespace the worker's tmpfs goes over /tmp, in this namespace only: nothing
+    # is created on the host's disk, so nothing is left there if the host is killed.
+    if facts["mountns"] and os.path.isdir("/tmp"):
+        facts.update(namespaces.private_root("/tmp", limits.tmpfs_bytes, facts["read_dirs"]))
+    if not facts.get("tmpfs"):
+        os.makedirs(tmp_root, mode=0o711, exist_ok=True)
         facts.update(tmpfs=False, host_view=False, episodes=tmp_root)
-    facts["landlock_probe"] = _landlock_probe("/" if facts["host_view"] else tmp_root)
+    facts["landlock_probe"] = _landlock_probe("/" if facts["host_view"] else facts["episodes"])
     here = os.getpid()
     children: dict[int, int | None] = {}  # episode id -> pid (alive or zombie); None: no fork
     if not facts["pidns"]:
         # No namespace to take the episodes with us: when the host dies, kill them ourselves
-        # (an episode may have cleared its own parent-death signal).
+        # (an episode may have cleared its own parent-death signal), and remove what is ours on
+        # the host's disk (the pool's directory goes with its last worker).
         def on_host_death(signum, frame):
             for pid in children.values():
                 if pid:
                     try:
                         os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
                     except OSError:
                         pass
+            if not facts["tmpfs"]:
+                cleanup.rmtree(tmp_root)
+                try:
+                    os.rmdir(os.path.dirname(tmp_root))
+                except OSError:
+                    pass
             os._exit(0)
 
         signal.signal(signal.SIGTERM, on_host_death)

@@ -39,8 +39,7 @@ class Zygote:
         self.index, self.alive, self.facts, self.stash = index, True, {}, {}
         here, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        self.root = os.path.join(root, f"w{index}")
-        os.makedirs(self.root, 0o711, exist_ok=True)
+        self.root = os.path.join(root, f"w{index}")  # on the host's disk only if the worker needs it
         cmd = [sys.executable, "-s", "-P", "-c", _BOOT.format(pkg_parent), str(os.getpid()), self.root,
                json.dumps(dataclasses.asdict(limits)), str(theirs.fileno()), cgroup]
         try:

@@ -27,7 +27,7 @@ HOST = textwrap.dedent('''
     with Pool(workers=1) as p:
         (r,) = list(p.start_many({0: code}))
         p.submit_steps({r.episode: "x"}, timeout=300)  # the step never returns
-        print(json.dumps([r.status.value, r.reason]), flush=True)
+        print(json.dumps([r.status.value, r.reason, p._root, p.protections["tmpfs"]]), flush=True)
         time.sleep(120)
 ''')
 
@@ -42,7 +42,7 @@ def test_episodes_die_with_the_host_even_without_pdeathsig():
     try:
         host.stdin.write(env("import time\ntime.sleep(3600)", reset_body=reset))
         host.stdin.close()
-        status, reason = json.loads(host.stdout.readline())
+        status, reason, root, tmpfs = json.loads(host.stdout.readline())
         assert status == "OK", reason
         time.sleep(0.5)  # the episode is inside its step
         below = descendants(host.pid)
@@ -59,6 +59,8 @@ def test_episodes_die_with_the_host_even_without_pdeathsig():
     for p in survivors:  # do not leave them running whatever the outcome
         os.kill(p, signal.SIGKILL)
     assert survivors == [], f"processes outlived the host: {survivors}"
+    if tmpfs:  # the workers keep their files in their own namespaces: nothing on the host's disk
+        assert not os.path.exists(root), os.listdir(root)
 
 
 def test_episodes_die_with_a_killed_worker_even_without_pdeathsig():
