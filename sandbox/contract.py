@@ -38,7 +38,7 @@ class Limits:
     # pages are memory the address-space limit does not see; these caps bound them.
     tmpfs_bytes: int = 64 << 20
     tmpfs_inodes: int = 1024
-    max_tasks: int = 32  # processes + threads of one episode (RLIMIT_NPROC under its own uid)
+    max_tasks: int = 64  # processes + threads of one episode (RLIMIT_NPROC under its own uid)
     load_s: float = 10.0  # compile + exec + instantiate + first reset
     reset_s: float = 5.0
     step_s: float = 5.0
