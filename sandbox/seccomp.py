@@ -4,7 +4,7 @@ Refused outright (EPERM): sockets, fork and exec, ptrace and cross-process memor
 and namespaces, kernel modules, io_uring, System V IPC and POSIX message queues (state that
 would outlive the episode and be shared between episodes), memfd (memory outside the
 address-space limit), inotify and fanotify (watching the host's files), capability and identity
-changes. Refused for any process but the caller: signals (kill, tgkill, sigqueue), rlimits
+changes, file locks and leases. Refused for any process but the caller: signals (kill, tgkill, sigqueue), rlimits
 (prlimit64), priorities and scheduling (setpriority, sched_set*, ioprio_set) and the matching
 queries, which would otherwise tell which pids exist. clone3 answers ENOSYS so that glibc falls
 back to clone(), whose flags the filter can read: threads pass, processes do not.
@@ -45,8 +45,12 @@ io_uring_register mbind migrate_pages move_pages set_mempolicy process_madvise f
 lookup_dcookie uselib setpgid membarrier
 shmget shmat shmdt shmctl msgget msgsnd msgrcv msgctl semget semop semtimedop semctl ipc
 mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr
-memfd_create memfd_secret inotify_init inotify_init1 inotify_add_watch inotify_rm_watch
+memfd_create memfd_secret inotify_init inotify_init1 inotify_add_watch inotify_rm_watch flock
 """.split()
+# fcntl commands refused: file locks and leases (on the read-only standard library, which every
+# episode sees, they would be a channel between episodes) and directory notification.
+FCNTL_DENY = {"F_GETLK": 5, "F_SETLK": 6, "F_SETLKW": 7, "F_OFD_GETLK": 36, "F_OFD_SETLK": 37,
+              "F_OFD_SETLKW": 38, "F_SETLEASE": 1024, "F_NOTIFY": 1026}
 
 # The argument that names the target process, which must be 0 ("myself").
 SELF_ONLY = {"prlimit64": 0, "sched_setaffinity": 0, "sched_getaffinity": 0, "sched_setscheduler": 0,
@@ -94,6 +98,8 @@ def program() -> bytes:
         rule(eperm, name, s.Arg(1, s.NE, 0))
     for name in CLOCKS:
         rule(eperm, name, s.Arg(0, s.GT, 0x7FFFFFFF))
+    for cmd in FCNTL_DENY.values():
+        rule(eperm, "fcntl", s.Arg(1, s.EQ, cmd))
     with tempfile.TemporaryFile() as tf:
         f.export_bpf(tf)
         tf.seek(0)

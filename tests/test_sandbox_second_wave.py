@@ -362,3 +362,24 @@ def test_an_innocent_program_beside_hostile_ones_is_admitted(ipc_before):
         no_leftovers(p, timeout=3 if p.protections["episode_tmpfs"] else 60)
         still_serves(p)
     assert sysv_objects() <= ipc_before
+
+
+def test_file_locks_cannot_signal_between_episodes(checked):
+    """Every episode sees the same read-only standard library: a lock held on one of its files
+    would tell other episodes that this one is running."""
+    body = """
+    import fcntl, os
+    done = []
+    fd = os.open(os.__file__, os.O_RDONLY)
+    for name, fn in (("flock", lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)),
+                     ("lockf", lambda: fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)),
+                     ("lease", lambda: fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK))):
+        try:
+            fn()
+            done.append(name)
+        except OSError:
+            pass
+    result = "done:" + ",".join(done)
+    """
+    r = step_once(checked, env(body))
+    assert r.ok and r.observation == "done:", r
