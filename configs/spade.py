@@ -71,6 +71,9 @@ def get_config(arg=None):
       min_turns=3,  # interactions the designer is asked to require
       validation_timeout_s=60.0,  # whole admission check of one environment
       step_timeout_s=5.0,
+      # Host wall time one episode may take in the sandbox, all its steps together.
+      episode_timeout_s=30.0,
+      max_tasks=64,  # processes + threads of one episode
       memory_mb=1024,  # address-space limit of one episode process
       workers=2,  # sandbox zygote processes
       # Protections that must be in force, or the run refuses to start (sandbox/README.md).

@@ -196,10 +196,11 @@ def test_reference_policy_only_when_kl_is_on(programs):
   lrn = learner_lib.make_learner(m.cfg, loop.learner_config(c), mesh, rules)
   scorer = loop.PolicyScorer(lrn)
   batch = {"tokens_BT": np.arange(16, dtype=np.int32).reshape(2, 8) % 200,
-           "temperature_B": np.array([0.6, 1.0], np.float32)}
+           "temperature_B": np.array([0.6, 1.0], np.float32),
+           "loss_mask_BT": np.array([[0] * 3 + [1] * 5, [0] * 2 + [1] * 3 + [0] * 3], np.float32)}
   got = scorer.tokens(m.params, batch)
-  want = learner_lib.score(m.params, batch, m.cfg, 256)[0]
-  assert got.shape == (2, 8)
+  want = np.asarray(learner_lib.score(m.params, batch, m.cfg, 256)[0]) * batch["loss_mask_BT"]
+  assert got.shape == (2, 8) and np.all(got[batch["loss_mask_BT"] == 0] == 0)
   # Jitted and op-by-op float32 differ in reduction order: log-probs of magnitude ~5 (vocab 256)
   # agree to a few ulps (~1e-6), so 1e-5 is tight and deterministic.
   np.testing.assert_allclose(got, np.asarray(want), atol=1e-5)

@@ -168,3 +168,8 @@ def test_the_learner_gets_each_config_field_under_its_own_name():
   r = loop.reward_config(_cfg("local", "reward.lp_fast=0.9", "reward.lp_slow=0.7",
                               "reward.band_low=0.3", "reward.band_high=0.7"))
   assert (r.lp_fast, r.lp_slow, r.band_low, r.band_high) == (0.9, 0.7, 0.3, 0.7)
+
+
+def test_an_observation_no_tokenizer_takes_ends_its_episode_not_the_run():
+  assert episodes._encodable("plain text, ünïcode, 漢字")
+  assert not episodes._encodable("lone \ud800 surrogate")

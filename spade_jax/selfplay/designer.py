@@ -139,7 +139,10 @@ def regenerate(c, step: int, params, sampler: sampling.Sampler, tokenizer, pool,
     # One sandbox call judges the whole batch concurrently, so the count moves once, at its end.
     with progress.phase("admission", "validating programs in the sandbox", total=len(texts),
                         unit="programs") as ph:
-      got = validate_lib.validate_many(pool, texts, validation)
+      # The validator draws its reset seeds and probes from this (never shown to a program), so
+      # a resumed run admits exactly what the uninterrupted one did.
+      got = validate_lib.validate_many(pool, texts, dataclasses.replace(
+          validation, seed=seeds.derive(c.seed, step, seeds.ADMISSION, attempt)))
       ph.update(len(got))
       ph.note = _admission_note(got)
     verdicts += got

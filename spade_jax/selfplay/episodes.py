@@ -68,6 +68,16 @@ class Timing:
                   self.tokens + other.tokens)
 
 
+def _encodable(text: str) -> bool:
+  """Whether a tokenizer can take this observation: valid UTF-8, no lone surrogates. The
+  sandbox already refuses others; one that got through must end its episode, not the run."""
+  try:
+    text.encode("utf-8")
+  except UnicodeEncodeError:
+    return False
+  return True
+
+
 def outcome(status: Status, reward: float, terminated: bool) -> float:
   if status is not Status.OK:
     return -1.0
@@ -127,9 +137,12 @@ def _play(pool, sampler, params, tokenizer, groups, plays, settings, limits, see
   for r in pool.start_many(starts):
     g, p = r.key
     idx = g * plays + p
-    if r.ok:
+    if r.ok and _encodable(r.observation):
       first.setdefault(g, r.observation)
       sandbox_ids[idx] = r.episode
+    elif r.ok:
+      pool.end_many([r.episode])
+      episodes[idx].end, episodes[idx].status = "start_failed", Status.INVALID_RETURN.value
     else:
       episodes[idx].end, episodes[idx].status = "start_failed", r.status.value
   timing.env_wait_s += time.perf_counter() - t0
@@ -212,6 +225,9 @@ def _play(pool, sampler, params, tokenizer, groups, plays, settings, limits, see
           e.won = r.ok and r.terminated and r.reward >= 1.0
         elif e.turns >= limits.max_turns:
           finish(e, "max_turns", 0.0)
+          ended.append(sid)
+        elif not _encodable(r.observation):
+          finish(e, "crash", -1.0, Status.INVALID_RETURN.value)  # behind the sandbox's own check
           ended.append(sid)
         else:
           nxt = tok_lib.user_turn_tokens(tokenizer, r.observation, c.last_turn[row])

@@ -122,6 +122,7 @@ def run(c, workdir: str, log=None, progress: progress_lib.Progress | None = None
     log(f"designer: replaying {len(programs)} programs from {c.designer.programs}")
   mcfg, rcfg = memory_config(c), reward_config(c)
   limits = Limits(memory_bytes=c.env.memory_mb << 20, step_s=c.env.step_timeout_s,
+                  episode_s=c.env.episode_timeout_s, max_tasks=c.env.max_tasks,
                   max_turns=c.env.max_turns)
   validation = validate_lib.Options(total_s=c.env.validation_timeout_s,
                                     degenerate_steps=c.env.max_turns + 5)
@@ -362,24 +363,30 @@ def train(c, learner, state, samples, pad_id: int, ref_params, logp_of, progress
 
 class PolicyScorer:
   """Log-probs of given tokens under some parameters of the learner's model: the frozen
-  reference policy's for the KL term, the current policy's for replayed designer programs."""
+  reference policy's for the KL term, the current policy's for replayed designer programs.
+  Only the positions that are used are projected to the vocabulary (`learner.score_index`)."""
 
   def __init__(self, learner):
     self._fn = jax.jit(lambda p, b: learner_lib.score(p, b, learner.model_cfg,
                                                       learner.cfg.chunk)[0])
 
   def tokens(self, params, batch) -> np.ndarray:
-    """[B, T] token-aligned log-probs of batch["tokens_BT"] at batch["temperature_B"]."""
-    return np.asarray(self._fn(params, {k: batch[k] for k in ("tokens_BT", "temperature_B")}))
+    """[B, T] token-aligned log-probs of batch["tokens_BT"] at batch["temperature_B"], at the
+    positions of batch["loss_mask_BT"] (0 elsewhere)."""
+    return np.asarray(self._fn(params, {
+        "tokens_BT": batch["tokens_BT"], "temperature_B": batch["temperature_B"],
+        "score_index_BM": learner_lib.score_index(batch["loss_mask_BT"])}))
 
   def __call__(self, params, token_lists, starts, temperature) -> list[np.ndarray]:
     """Each list's log-probs from its `start` on (a completion after its prompt)."""
     rows = 1 << max(0, len(token_lists) - 1).bit_length()  # few shapes to compile
     T = batch_lib.length_bucket(max(len(t) for t in token_lists))
     tokens = np.zeros((rows, T), np.int32)
-    for i, ts in enumerate(token_lists):
+    mask = np.zeros((rows, T), np.float32)
+    for i, (ts, start) in enumerate(zip(token_lists, starts)):
       tokens[i, :len(ts)] = ts
-    lp = self.tokens(params, {"tokens_BT": tokens,
+      mask[i, start:len(ts)] = 1.0
+    lp = self.tokens(params, {"tokens_BT": tokens, "loss_mask_BT": mask,
                               "temperature_B": np.full((rows,), temperature, np.float32)})
     return [lp[i, s:len(ts)] for i, (ts, s) in enumerate(zip(token_lists, starts))]
 
