@@ -1,4 +1,4 @@
-"""Benchmarks: `python -m spade_jax.bench {sampler,train} [flags]`, one JSON line each.
+"""Benchmarks: `python -m spade_jax.bench {sampler,train,moe} [flags]`, one JSON line each.
 
 Each benchmark lives in its own module with a `main(argv)`; this file only dispatches.
 """
@@ -24,6 +24,7 @@ def accelerator_peak(table: dict[str, float]) -> float | None:
 BENCHMARKS = {
     "sampler": "spade_jax.bench_sampler",
     "train": "spade_jax.bench_train",
+    "moe": "spade_jax.bench_moe",
 }
 
 

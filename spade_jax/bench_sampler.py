@@ -10,8 +10,9 @@ settings (T 0.6, top-p 0.95, top-k 20). Batches and capacities take comma-separa
 
 On an accelerator of known memory bandwidth each row also carries the memory roofline: a decode
 step must read every weight it multiplies (the embedding table only if it is tied to the output
-projection) and each row's live cache, so `roofline_tokens_per_s` = batch x bandwidth / those
-bytes, and `roofline_fraction` is the measured steady-state tokens/s over it (prefill and sampling
+projection; of a mixture of experts only the experts its rows are routed to: the active
+parameters for one row, E (1 - (1 - k/E)^batch) experts per layer under uniform routing) and each
+row's live cache, so `roofline_tokens_per_s` = batch x bandwidth / those bytes, and `roofline_fraction` is the measured steady-state tokens/s over it (prefill and sampling
 included in the measured time, so it is a lower bound on how close decode runs to the roofline).
 """
 
@@ -28,6 +29,7 @@ import numpy as np
 from spade_jax import bench
 from spade_jax import cli
 from spade_jax import loading
+from spade_jax import moe
 from spade_jax import sampling
 from spade_jax import sharding
 
@@ -45,6 +47,9 @@ def decode_bytes_per_step(cfg, params, batch: int, prompt_len: int, new_tokens: 
   n = sum(x.size for x in jax.tree.leaves(params))
   if not cfg.tie_embeddings:  # an untied embedding table is gathered, not read whole
     n -= params["embed"].size
+  if cfg.n_experts:  # the experts no row is routed to are not read
+    experts = sum(x.size for k, x in params["moe"].items() if k != "router")
+    n -= experts * (1 - moe.expected_experts_read(cfg, batch) / cfg.n_experts)
   live = prompt_len + (new_tokens + 1) / 2  # mean live slots per row over the decode steps
   kv = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * itemsize
   return n * itemsize + batch * live * kv
@@ -115,6 +120,8 @@ def parser() -> argparse.ArgumentParser:
                  help="timed runs; the best is reported")
   p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                  help="compute dtype (default: %(default)s)")
+  p.add_argument("--moe_impl", default="auto", choices=moe.IMPLS,
+                 help="a MoE model's grouped matmul (default: %(default)s)")
   p.add_argument("--compare_transformers", action="store_true",
                  help="also time transformers' generate (torch CPU, float32) on the same "
                  "weights and prompts; needs an embedded model")
@@ -129,7 +136,7 @@ def main(argv) -> None:
 
   mesh = sharding.make_mesh({"data": -1}, jax.devices()[:1])
   loaded = loading.load_model(a.model, mesh, dtype=a.dtype, tokenizer=False)
-  sampler = sampling.Sampler(loaded.cfg, mesh)
+  sampler = sampling.Sampler(loaded.cfg, mesh, moe_impl=a.moe_impl)
   settings = sampling.Settings(max_new_tokens=a.new_tokens, temperature=0.6, top_k=20,
                                top_p=0.95, ignore_eos=True)
   hf = _hf_model(a.model) if a.compare_transformers else None

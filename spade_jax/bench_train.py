@@ -27,7 +27,7 @@ import numpy as np
 from spade_jax import bench
 from spade_jax import cli
 from spade_jax import learner as learner_lib
-from spade_jax import loading, sharding
+from spade_jax import loading, moe, sharding
 from spade_jax import model as model_lib
 
 # Dense bf16 peak FLOP/s by device kind substring, for MFU.
@@ -36,10 +36,11 @@ PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "v5p
 
 
 def train_flops_per_token(cfg: model_lib.ModelConfig, T: int) -> float:
-  """6 x (matmul params, output projection included) + attention scores/values, fwd + bwd."""
+  """6 x (matmul params, output projection included) + attention scores/values, fwd + bwd; of a
+  mixture of experts only the active share (k of E experts, and the router) counts."""
   table = model_lib.param_table(cfg)
-  n = sum(int(np.prod(s.shape)) for k, s in table.items()
-          if k.startswith("layers/w") or k == "lm_head")
+  n = sum(int(np.prod(s.shape)) * moe.active_fraction(k, cfg) for k, s in table.items()
+          if k.split("/")[-1].startswith(("w", "router")) and "norm" not in k or k == "lm_head")
   if cfg.tie_embeddings:
     n += cfg.vocab_size * cfg.d_model
   return 6.0 * n + 12.0 * cfg.n_layers * T * cfg.n_heads * cfg.head_dim
@@ -132,6 +133,8 @@ def parser() -> argparse.ArgumentParser:
   ap.add_argument("--entropy", action="store_true", help="also compute the entropy metric")
   ap.add_argument("--no_share_prefix", action="store_true",
                   help="score every row's prompt separately even where rows share it")
+  ap.add_argument("--moe_impl", default="auto", choices=moe.IMPLS,
+                  help="a MoE model's grouped matmul (default: %(default)s)")
   ap.add_argument("--compare_torch", action="store_true",
                   help="also time the same step in PyTorch (transformers, CPU), alternating "
                   "step by step; adds speedup and speedup_paired")
@@ -148,7 +151,8 @@ def main(argv=None) -> None:
   loaded = loading.load_model(args.model, mesh, dtype=args.dtype, tokenizer=False)
   lcfg = learner_lib.LearnerConfig(micro_batch=args.micro_batch, chunk=args.chunk,
                                    remat=args.remat, entropy=args.entropy,
-                                   share_prefix=not args.no_share_prefix)
+                                   share_prefix=not args.no_share_prefix,
+                                   moe_impl=args.moe_impl)
   lrn = learner_lib.make_learner(loaded.cfg, lcfg, mesh)
   state = lrn.init_state(loaded.params)
   batch = synthetic_batch(args.batch, args.seq, loaded.cfg.vocab_size, group=args.group)

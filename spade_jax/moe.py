@@ -190,6 +190,10 @@ def _tile_rows(M: int, E: int) -> int:
   return int(min(128, max(8, 1 << max(0, (M // max(E, 1)).bit_length() - 1))))
 
 
+# Tiles whose gathered expert weights are materialised together (about 64 MB of them).
+TILE_WEIGHT_BYTES = 64 << 20
+
+
 def _tiles(x_MD, w_EDF, sizes_E, dt):
   M, E = x_MD.shape[0], w_EDF.shape[0]
   tm = _tile_rows(M, E)
@@ -205,8 +209,13 @@ def _tiles(x_MD, w_EDF, sizes_E, dt):
   xp = jnp.zeros((n_tiles * tm, x_MD.shape[1]), dt).at[dest_M].set(x_MD.astype(dt), mode="drop")
   tile_e = jnp.minimum(jnp.searchsorted(jnp.cumsum(tiles_E), jnp.arange(n_tiles), side="right"),
                        E - 1)
-  yp = jnp.einsum("tmd,tdf->tmf", xp.reshape(n_tiles, tm, -1), w_EDF.astype(dt)[tile_e],
-                  preferred_element_type=jnp.float32)
+  w = w_EDF.astype(dt)
+  # A batch of tiles at a time: each gathers its expert's weights, and a batch's gathered
+  # weights are bounded (all tiles at once would copy the weights about twice over).
+  per_tile = math.prod(w_EDF.shape[1:]) * jnp.dtype(dt).itemsize
+  batch = max(1, min(n_tiles, TILE_WEIGHT_BYTES // per_tile))
+  tile = lambda a: jnp.dot(a[0], w[a[1]], preferred_element_type=jnp.float32)
+  yp = jax.lax.map(tile, (xp.reshape(n_tiles, tm, -1), tile_e), batch_size=batch)
   return jnp.where(live[:, None], yp.reshape(n_tiles * tm, -1)[jnp.where(live, dest_M, 0)], 0.0)
 
 

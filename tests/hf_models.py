@@ -23,11 +23,11 @@ CONFIGS = {
 }
 
 
-def build(name: str, seed: int = 0):
-  """A random float32 transformers model whose norms and biases are also random (so that a
-  dropped norm weight or bias would show in the logits)."""
+def build(name, seed: int = 0):
+  """A random float32 transformers model (of a CONFIGS name, or a config) whose norms and biases
+  are also random (so that a dropped norm weight or bias would show in the logits)."""
   torch.manual_seed(seed)
-  cfg = CONFIGS[name]()
+  cfg = CONFIGS[name]() if isinstance(name, str) else name
   cls = transformers.AutoModelForCausalLM
   m = cls.from_config(cfg, dtype=torch.float32).eval()
   with torch.no_grad():

@@ -6,6 +6,8 @@ of the tiny MoE configs run with the dense ones in test_model_parity (hf_models.
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -162,3 +164,83 @@ def test_sharded_export_writes_an_index_transformers_loads(tmp_path):
   again = loading.load_model(str(tmp_path), tokenizer=False)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(again.params)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_generate_cli_decodes_a_moe_checkpoint_greedily_as_transformers(tmp_path):
+  """A random Qwen3-MoE directory with a tokenizer (SmolLM2's vocabulary), as a user points the
+  CLI at one: the printed text is transformers' greedy continuation, up to its first stop."""
+  import transformers
+
+  from spade_jax import gguf_io
+  from spade_jax import tokenizer as tok_lib
+
+  tok = tok_lib.load_tokenizer(gguf_io.embedded_gguf_path("smollm2-135m"))
+  cfg = transformers.Qwen3MoeConfig(**dict(hf_models.TINY_MOE, vocab_size=len(tok)),
+                                    rope_theta=1e6, norm_topk_prob=True, mlp_only_layers=[0],
+                                    tie_word_embeddings=False)
+  m = hf_models.build(cfg, seed=5)
+  m.save_pretrained(tmp_path, safe_serialization=True)
+  tok.save_pretrained(tmp_path)
+  prompt = "The capital of France is"
+  r = subprocess.run([sys.executable, "-m", "spade_jax.generate", "--model", str(tmp_path),
+                      "--greedy", "--prompt", prompt, "--max_new_tokens", "24"],
+                     capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr
+  stops = set(tok_lib.stop_token_ids(tok))
+  ids = torch.tensor([tok(prompt)["input_ids"]])
+  with torch.inference_mode():
+    new = m.generate(ids, do_sample=False, max_new_tokens=24, eos_token_id=sorted(stops),
+                     pad_token_id=0)[0, ids.shape[1]:].tolist()
+  want = tok.decode([t for t in new if t not in stops])
+  assert len(new) > 12 and r.stdout == want + "\n", (new, r.stdout, want)
+
+
+def test_gguf_qwen3moe_matches_transformers(tmp_path):
+  """A qwen3moe GGUF file laid out as llama.cpp's converter writes one (each layer's experts one
+  [E, out, in] tensor), read by us and by transformers' GGUF loader: the same logits."""
+  import gguf
+  import transformers
+
+  cfg = transformers.Qwen3MoeConfig(**dict(hf_models.TINY_MOE, moe_intermediate_size=768,
+                                           num_experts=4, num_experts_per_tok=2),
+                                    rope_theta=1e6, norm_topk_prob=True, tie_word_embeddings=False)
+  m = hf_models.build(cfg, seed=2)
+  sd = {k: v.numpy() for k, v in m.state_dict().items()}
+  F = cfg.moe_intermediate_size
+  w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "qwen3moe")
+  for add, v in ((w.add_block_count, cfg.num_hidden_layers), (w.add_context_length, 128),
+                 (w.add_embedding_length, cfg.hidden_size), (w.add_feed_forward_length, 80),
+                 (w.add_head_count, cfg.num_attention_heads),
+                 (w.add_head_count_kv, cfg.num_key_value_heads), (w.add_key_length, 12),
+                 (w.add_value_length, 12), (w.add_rope_freq_base, 1e6),
+                 (w.add_layer_norm_rms_eps, cfg.rms_norm_eps), (w.add_expert_count, 4),
+                 (w.add_expert_used_count, 2), (w.add_expert_feed_forward_length, F),
+                 (w.add_vocab_size, cfg.vocab_size)):
+    add(v)
+  names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
+           "output_norm.weight", "lm_head.weight": "output.weight"}
+  per_layer = {"input_layernorm.weight": "attn_norm", "post_attention_layernorm.weight":
+               "ffn_norm", "self_attn.q_proj.weight": "attn_q", "self_attn.k_proj.weight":
+               "attn_k", "self_attn.v_proj.weight": "attn_v", "self_attn.o_proj.weight":
+               "attn_output", "self_attn.q_norm.weight": "attn_q_norm", "self_attn.k_norm.weight":
+               "attn_k_norm", "mlp.gate.weight": "ffn_gate_inp", "mlp.experts.down_proj":
+               "ffn_down_exps"}
+  for i in range(cfg.num_hidden_layers):
+    names.update({f"model.layers.{i}.{k}": f"blk.{i}.{v}.weight" for k, v in per_layer.items()})
+    gate_up = sd.pop(f"model.layers.{i}.mlp.experts.gate_up_proj")  # [E, 2F, D]
+    w.add_tensor(f"blk.{i}.ffn_gate_exps.weight", np.ascontiguousarray(gate_up[:, :F]))
+    w.add_tensor(f"blk.{i}.ffn_up_exps.weight", np.ascontiguousarray(gate_up[:, F:]))
+  for k, v in sd.items():
+    w.add_tensor(names[k], np.ascontiguousarray(v))
+  w.write_header_to_file()
+  w.write_kv_data_to_file()
+  w.write_tensors_to_file()
+  w.close()
+  ours = loading.load_model(str(tmp_path / "m.gguf"), tokenizer=False)
+  assert ours.cfg.sparse_layers == (0, 1, 2) and ours.cfg.norm_topk_prob
+  back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf",
+                                                           dtype=torch.float32).eval()
+  tokens = np.random.default_rng(8).integers(0, cfg.vocab_size, (2, 9))
+  got = np.asarray(jax.jit(lambda p, t: model_lib.forward(p, t, ours.cfg))(ours.params, tokens))
+  assert np.abs(got - hf_models.logits(m, tokens)).max() < 1e-4
+  assert np.abs(got - hf_models.logits(back, tokens)).max() < 1e-4
