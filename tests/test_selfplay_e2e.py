@@ -60,6 +60,11 @@ def _config(programs: str, **extra):
   return c
 
 
+def _tokenizer():
+  from spade_jax import gguf_io
+  return tok_lib.load_tokenizer(gguf_io.embedded_gguf_path("smollm2-135m"))
+
+
 def _mesh_rules(c):
   from spade_jax import sharding
   return sharding.make_mesh(c.mesh.to_dict()), c.rules.to_dict()
@@ -125,6 +130,13 @@ def test_the_designer_path_admits_hints_remembers_pays_and_trains(full_run_logge
   assert step2[0].role == records.DESIGNER and step2[0].temperature == DESIGNER_T
   assert step2[0].env_id.startswith("s00000-01-")  # b_ of step 0, slot 1
   assert any(x != 0.0 for x in step2[0].logp) and step2[0].advantage == 0.0  # alone in skill
+  # Trained: exactly the reply (the program as the designer writes it, through its stop token).
+  reply = tok_lib.reply_tokens(_tokenizer(), [{"role": "user", "content": "x"}],
+                               prompts.designer_reply(starters.code("knapsack.py")))
+  mask = step2[0].mask
+  assert mask.count(1) == len(reply) and mask[-len(reply):] == (1,) * len(reply)
+  assert tuple(step2[0].tokens[-len(reply):]) == tuple(reply)
+  assert all(lp == 0.0 for lp, m in zip(step2[0].logp, mask) if not m)
   assert all(s.temperature == AGENT_T for b in seen["packed"] for s in b
              if s.role == records.AGENT)
   # The hint goes into the first observation of a hinted play only.

@@ -110,6 +110,18 @@ def test_an_environment_never_played_at_offset_zero_is_not_paid_and_the_rest_are
   p = _close(w)
   assert p.unmeasured == ["broken"]
   assert [s.env_id for s in p.samples] == ["a"] and set(p.stats) == {"a"}
+  # The scale counts the paid samples only: two measured environments of one skill beside an
+  # unmeasured one get (r - mean) * min(12 / 2 * 2, 50).
+  envs["b"] = ("Optimization", [0.0])
+  w = ledger.new_window(0, envs, [_sample(e, "Optimization") for e in envs])
+  w = ledger.record_unhinted(w, 0, {"a": [0.0, 1.0], "b": [1.0, 1.0]})
+  w = ledger.record_unhinted(w, 1, {"a": [1.0, 1.0], "b": [1.0, 1.0], "broken": [1.0]})
+  p = _close(w)
+  r = {e: s["reward"] for e, s in p.stats.items()}
+  mean = (r["a"] + r["b"]) / 2
+  assert {s.env_id: s.advantage for s in p.samples} == pytest.approx(
+      {"a": (r["a"] - mean) * 12.0, "b": (r["b"] - mean) * 12.0})
+  assert r["a"] != r["b"]
 
 
 def test_window_round_trips_through_json():
@@ -136,6 +148,11 @@ def test_designer_first_then_whole_agent_groups_chosen_fairly():
   assert len(left) > 3
   everything, none_left = batch.assemble(designer, _agent(3), global_batch=7, seed=0)
   assert none_left == 0 and len(everything) == 7
+  for seed in range(10):  # groups of 3 in 7 free rows: two whole groups, one row stays empty
+    samples, left_out = batch.assemble(designer, _agent(5, size=3), global_batch=8, seed=seed)
+    groups = [s.group for s in samples[1:]]
+    assert len(samples) == 7 and left_out == 9
+    assert all(groups.count(g) == 3 for g in set(groups))
 
 
 def test_pack():

@@ -9,7 +9,7 @@ import pytest
 from spade_jax import config as config_lib
 from spade_jax import train
 from spade_jax.sandbox.contract import Status
-from spade_jax.selfplay import designer, episodes, ledger, loop, memory, records
+from spade_jax.selfplay import designer, episodes, ledger, loop, memory, records, seeds
 from spade_jax.selfplay.state import HostState, from_json, to_json
 
 
@@ -55,6 +55,41 @@ def test_hinted_plays_that_failed_to_start_are_left_out_of_regret():
   assert host.window.envs["late"].hinted is None
   assert stats["hinted_start_failed"] == 3 and stats["designer_hinted"] == 2
   assert [cd.env_id for cd in host.pool[:2]] == ["ok", "late"]
+
+
+class RecordingPlays(FakePlays):
+  def __init__(self):
+    super().__init__()
+    self.seeds = {}
+
+  def __call__(self, pool, params, groups, n, seed, name):
+    self.seeds[name] = (seed, [g.seed for g in groups], n)
+    return super().__call__(pool, params, groups, n, seed, name)
+
+
+def test_each_kind_of_play_draws_from_its_own_seed_phase():
+  c = _cfg("local", "seed=5", "hinted_plays=3", "plays_per_env=2")
+  regen = designer.Regeneration([designer.Admitted(_card("ok"), _sample("ok"))], [], 0)
+  plays = RecordingPlays()
+  host, _, _ = loop.open_window(c, 4, HostState(), regen, None, None, plays)
+  loop.play_pool(c, 4, host, None, None, plays, loop.memory_config(c))
+  hinted, unhinted = plays.seeds["hinted plays"], plays.seeds["unhinted plays"]
+  assert hinted[0] == seeds.derive(5, 4, seeds.HINTED_PLAYS) and hinted[2] == 3
+  assert unhinted[0] == seeds.derive(5, 4, seeds.PLAYS) and unhinted[2] == 2
+  # A hinted play resets its environment as the unhinted plays of the same step do.
+  assert hinted[1] == unhinted[1][:1] == [seeds.derive(5, 4, seeds.RESET, 0)]
+
+
+def test_pay_window_scales_by_the_agent_samples_of_a_step():
+  c = _cfg("local")  # 2 environments x 4 plays, k = 2: scale min(8 / 2 * 2, 50) = 8
+  envs = {"a": ("Optimization", [1.0]), "b": ("Optimization", [1.0])}
+  w = ledger.new_window(0, envs, [_sample("a"), _sample("b")])
+  w = ledger.record_unhinted(w, 0, {"a": [0.0, 1.0], "b": [0.0, 0.0]})
+  _, paid, stats = loop.pay_window(c, HostState(window=w), loop.reward_config(c))
+  adv = {s.env_id: s.advantage for s in paid}
+  assert stats["designer_paid"] == 2 and adv["a"] == pytest.approx(-adv["b"])
+  r = ledger.close(w, loop.reward_config(c), {}, 8, 2).stats
+  assert adv["a"] == pytest.approx((r["a"]["reward"] - r["b"]["reward"]) / 2 * 8.0)
 
 
 def test_paper_presets_fill_no_starters_and_local_does():

@@ -1,0 +1,109 @@
+"""Agent episodes against a scripted sandbox and sampler: how an episode ends and what it is
+worth, without a model or worker processes."""
+
+import numpy as np
+import pytest
+
+from spade_jax import gguf_io, sampling
+from spade_jax import tokenizer as tok_lib
+from spade_jax.sandbox.contract import Reply, Status
+from spade_jax.selfplay import episodes
+
+
+class ScriptedPool:
+  """Every episode replies to its n-th step with script[n] (reward, terminated, truncated)."""
+
+  def __init__(self, script, start_status=Status.OK):
+    self.script, self.start_status = script, start_status
+    self.turn, self.sent, self.ended, self._next = {}, [], set(), 0
+
+  def start_many(self, starts):
+    for key in starts:
+      self._next += 1
+      self.turn[self._next] = 0
+      yield Reply(key, self._next, self.start_status, observation="Pick a number.")
+
+  def submit_steps(self, actions):
+    self.sent.append(dict(actions))
+
+  def wait(self, ids):
+    out = []
+    for e in ids:
+      reward, term, trunc = self.script[min(self.turn[e], len(self.script) - 1)]
+      self.turn[e] += 1
+      out.append(Reply(e, e, Status.OK, observation="Again.", reward=reward, terminated=term,
+                       truncated=trunc))
+    return out
+
+  def end_many(self, ids):
+    self.ended |= set(ids)
+
+
+class ScriptedSampler:
+  """Each turn writes the same tokens (an action in a box) with log-prob -0.5 each."""
+
+  def __init__(self, tokens):
+    self.tokens = tokens
+
+  class _Out:
+    def __init__(self, rows, tokens):
+      self.rows, self.tokens = rows, tokens
+      self.logprobs = np.full((rows, len(tokens)), -0.5, np.float32)
+
+    def token_lists(self):
+      return [list(self.tokens) for _ in range(self.rows)]
+
+  def start(self, params, prompts, settings, seed, num_samples):
+    rows = len(prompts) * num_samples
+    return rows, self._Out(rows, self.tokens)
+
+  def extend(self, params, conv, new_tokens, settings, seed):
+    return conv, self._Out(conv, self.tokens)
+
+
+@pytest.fixture(scope="module")
+def tok():
+  return tok_lib.load_tokenizer(gguf_io.embedded_gguf_path("smollm2-135m"))
+
+
+def _play(tok, script, max_turns=5, plays=2, start_status=Status.OK):
+  pool = ScriptedPool(script, start_status)
+  sampler = ScriptedSampler(tok_lib.encode(tok, "I pick \\boxed{3}"))
+  groups = [episodes.Group("env", "code", seed=1)]
+  eps, _ = episodes.play(pool, sampler, None, tok, groups, plays,
+                         sampling.Settings(max_new_tokens=8), episodes.Limits(
+                             max_turns, 4096), seed=0)
+  return eps, pool
+
+
+def test_a_truncated_episode_is_worth_zero_whatever_its_last_reward(tok):
+  eps, pool = _play(tok, [(0.0, False, False), (0.5, False, True)])
+  assert [(e.end, e.ret, e.won, e.turns) for e in eps] == [("truncated", 0.0, False, 2)] * 2
+  assert pool.sent[0] and all(a == "\\boxed{3}" for a in pool.sent[0].values())
+
+
+def test_the_agent_turn_limit_ends_an_episode_at_zero(tok):
+  eps, pool = _play(tok, [(0.9, False, False)], max_turns=1)
+  assert [(e.end, e.ret, e.won) for e in eps] == [("max_turns", 0.0, False)] * 2
+  assert len(pool.ended) == 2  # the loop ends what the environment did not
+
+
+def test_a_win_is_the_terminal_reward_and_partial_credit_counts(tok):
+  eps, _ = _play(tok, [(0.0, False, False), (1.0, True, False)])
+  assert [(e.end, e.ret, e.won) for e in eps] == [("terminated", 1.0, True)] * 2
+  eps, _ = _play(tok, [(0.4, True, False)])
+  assert [(e.end, e.ret, e.won) for e in eps] == [("terminated", 0.4, False)] * 2
+
+
+def test_the_transcript_masks_exactly_the_sampled_tokens(tok):
+  eps, _ = _play(tok, [(0.0, False, False), (1.0, True, False)])
+  t = eps[0].transcript
+  action = tok_lib.encode(tok, "I pick \\boxed{3}")
+  assert sum(t.mask) == 2 * len(action) and len(t.tokens) == len(t.mask) == len(t.logp)
+  assert all((lp == -0.5) == bool(m) for lp, m in zip(t.logp, t.mask))
+  assert t.mask[0] == 0 and t.tokens[-len(action):] == tuple(action)
+
+
+def test_an_instance_that_fails_to_start_is_dropped_whole(tok):
+  eps, _ = _play(tok, [(1.0, True, False)], start_status=Status.ENV_ERROR)
+  assert [(e.end, e.status) for e in eps] == [("start_failed", "ENV_ERROR")] * 2
