@@ -12,7 +12,8 @@ On an accelerator of known memory bandwidth each row also carries the memory roo
 step must read every weight it multiplies (the embedding table only if it is tied to the output
 projection; of a mixture of experts only the experts its rows are routed to: the active
 parameters for one row, E (1 - (1 - k/E)^batch) experts per layer under uniform routing) and each
-row's live cache, so `roofline_tokens_per_s` = batch x bandwidth / those bytes, and `roofline_fraction` is the measured steady-state tokens/s over it (prefill and sampling
+row's live cache, so `roofline_tokens_per_s` = batch x bandwidth / those bytes, and
+`roofline_fraction` is the measured steady-state tokens/s over it (prefill and sampling
 included in the measured time, so it is a lower bound on how close decode runs to the roofline).
 """
 

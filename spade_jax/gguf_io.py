@@ -92,7 +92,8 @@ class GGUFFile:
         d_ff=int(get("feed_forward_length", get("expert_feed_forward_length"))),
         rope_theta=f32(get("rope.freq_base", 10000.0)),
         norm_eps=f32(get("attention.layer_norm_rms_epsilon")),
-        qk_norm=arch in ("qwen3", "qwen3moe"), qkv_bias=arch == "qwen2", tie_embeddings="output.weight" not in self._tensors,
+        qk_norm=arch in ("qwen3", "qwen3moe"), qkv_bias=arch == "qwen2",
+        tie_embeddings="output.weight" not in self._tensors,
         max_seq_len=int(get("context_length", 4096)), dtype=dtype, **experts)
 
   def open(self, cfg: model_lib.ModelConfig):

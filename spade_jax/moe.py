@@ -12,7 +12,7 @@ current router, so the router still gets gradients.
 Dispatch is dropless: every (token, expert) assignment is computed, none is dropped. The
 assignments are sorted by expert and run through a grouped matmul, one of `IMPLS`:
   ragged_dot  `jax.lax.ragged_dot`, XLA's grouped matmul on TPU and GPU (on CPU XLA lowers it
-              to a masked product over every expert: the cost of `dense`);
+              to a masked product over every expert, slower than `dense`: `bench moe`);
   megablox    the Pallas TPU grouped-matmul kernel (jax.experimental.pallas.ops.tpu.megablox);
   tiles       each expert's rows padded to tiles of `tm` rows and one batched product of every
               tile with its expert's weights: work in proportion to the assignments, at most one

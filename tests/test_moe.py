@@ -23,7 +23,6 @@ from spade_jax.convert import CheckpointError  # noqa: E402
 from tests import hf_models  # noqa: E402
 
 CFG = model_lib.PRESETS["tiny_moe"]
-EP_RULES = dict(sharding.DEFAULT_RULES, batch=("data", "fsdp", "expert"))
 
 
 @pytest.fixture(scope="module", params=sorted(hf_models.MOE_CONFIGS))
@@ -128,10 +127,11 @@ def test_replayed_routing_keeps_experts_and_recomputes_their_weights():
   np.testing.assert_allclose(r.weights, picked / picked.sum(-1, keepdims=True), rtol=1e-6)
 
 
-@pytest.mark.parametrize("rules", [EP_RULES, sharding.DEFAULT_RULES], ids=["gather", "spread"])
-def test_expert_parallel_forward_equals_one_device(rules):
-  """Experts over the expert axis, the model dim over fsdp, expert width over tensor; tokens
-  gathered from the expert axis (it splits the batch) or already everywhere (it does not)."""
+def test_expert_parallel_forward_equals_one_device():
+  """Experts over the expert axis, the model dim over fsdp, expert width over tensor, the tokens
+  already on every expert shard (the default rules: the expert axis does not split the batch;
+  test_moe_engines runs the preset's rules, where it does and tokens are gathered)."""
+  rules = sharding.DEFAULT_RULES
   mesh = sharding.make_mesh({"data": 1, "fsdp": 2, "expert": 2, "tensor": 2})
   params = sharding.init_sharded(CFG, jax.random.key(4), mesh, rules)
   w = params["moe"]["w_gate"]

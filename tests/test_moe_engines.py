@@ -20,7 +20,7 @@ CFG = model_lib.PRESETS["tiny_moe"]
 EP_RULES = dict(sharding.DEFAULT_RULES, batch=("data", "fsdp", "expert"))
 EP_MESH = {"data": 1, "fsdp": 2, "expert": 2, "tensor": 2}
 T, G = 64, 2
-TURN1, TURN2 = sampling.Settings(8, 1.0, 0, 1.0), sampling.Settings(6, 1.0, 0, 1.0)
+TURN = sampling.Settings(8, 1.0, 0, 1.0)  # both turns: one decode program at one capacity
 OBS = [7, 8, 9]
 REPLAY = learner_lib.LearnerConfig(routing_replay=True, micro_batch=4)
 
@@ -48,8 +48,8 @@ def play(sampler, params, seed=0):
   """Two-turn conversations (G samples of each prompt) as a learner batch: the sampled tokens
   trained, the sampler's log-probs and its routing (`rl.routing_replay`) per row."""
   prompts = _prompts()
-  conv, o1 = sampler.start(params, prompts, TURN1, seed, num_samples=G)
-  conv, o2 = sampler.extend(params, conv, [OBS] * len(prompts) * G, TURN2, seed + 1)
+  conv, o1 = sampler.start(params, prompts, TURN, seed, num_samples=G, capacity=128)
+  conv, o2 = sampler.extend(params, conv, [OBS] * len(prompts) * G, TURN, seed + 1, capacity=128)
   N = len(prompts) * G
   batch = {k: np.zeros((N, T), dt) for k, dt in (("tokens_BT", np.int32),
                                                  ("loss_mask_BT", np.float32),
