@@ -46,6 +46,8 @@ class ScriptedSampler:
     self.tokens = tokens
 
   class _Out:
+    experts = prefill_experts = None  # a dense policy routes nothing
+
     def __init__(self, rows, tokens):
       self.rows, self.tokens = rows, tokens
       self.logprobs = np.full((rows, len(tokens)), -0.5, np.float32)
@@ -107,3 +109,46 @@ def test_the_transcript_masks_exactly_the_sampled_tokens(tok):
 def test_an_instance_that_fails_to_start_is_dropped_whole(tok):
   eps, _ = _play(tok, [(1.0, True, False)], start_status=Status.ENV_ERROR)
   assert [(e.end, e.status) for e in eps] == [("start_failed", "ENV_ERROR")] * 2
+
+
+def test_a_moe_policy_carries_its_routing_from_the_sampler_to_the_learner(tok):
+  """Episodes of a MoE policy record the experts of every fed token; the packed batch replays
+  them, and the learner then scores the sampled tokens closer to the sampler than without."""
+  import dataclasses
+
+  import jax
+
+  from spade_jax import learner as learner_lib
+  from spade_jax import loading, model, rl, sharding
+  from spade_jax.selfplay import batch, records
+
+  cfg = dataclasses.replace(model.PRESETS["tiny_moe"], vocab_size=len(tok))
+  mesh = sharding.make_mesh({"data": -1}, jax.devices()[:1])
+  params = sharding.init_sharded(cfg, jax.random.key(0), mesh, sharding.DEFAULT_RULES)
+  loaded = loading.Loaded(cfg, params, tok, "random")
+  sampler = sampling.Sampler.for_model(loaded, mesh, routing=True)
+  pool = ScriptedPool([(0.0, False, False), (1.0, True, False)])
+  eps, _ = episodes.play(pool, sampler, params, tok, [episodes.Group("env", "code", 1)], 2,
+                         sampling.Settings(max_new_tokens=6, temperature=1.0),
+                         episodes.Limits(5, 4096), seed=0)
+  Lk = (len(cfg.sparse_layers), cfg.experts_per_token)
+  samples = []
+  for e, adv in zip(eps, (1.0, -1.0)):
+    experts = rl.routing_replay(e.routing, len(e.transcript))
+    assert experts.shape == (len(e.transcript), *Lk)
+    assert (experts[:-1] >= 0).all() and (experts[-1] == -1).all()  # the last token is not fed
+    t = e.transcript
+    samples.append(records.Sample(t.tokens, t.mask, t.logp, 1.0, records.AGENT, "env",
+                                  advantage=adv, experts=experts))
+  assert records.sample_from_json(records.to_json(samples[0])).experts.tobytes() == (
+      samples[0].experts.tobytes())
+  b = batch.pack(samples, rows=2, experts_Lk=Lk)
+  assert b["experts_BTLk"].shape == (2, b["tokens_BT"].shape[1], *Lk)
+  gaps = {}
+  for replay in (False, True):
+    lrn = learner_lib.make_learner(cfg, learner_lib.LearnerConfig(routing_replay=replay), mesh)
+    state = lrn.init_state(jax.tree.map(lambda a: a.copy(), params))  # the step donates it
+    fed = dict(b) if replay else {k: v for k, v in b.items() if k != "experts_BTLk"}
+    _, m = lrn.train_step(state, fed)
+    gaps[replay] = float(m["abs_logp_diff_mean"])
+  assert gaps[True] <= gaps[False] + 1e-6 and gaps[True] < 1e-3

@@ -54,8 +54,10 @@ def length_bucket(n: int, minimum: int = 64) -> int:
 
 
 def pack(samples: Sequence[records.Sample], rows: int, multiple: int = 64,
-         pad_id: int = 0) -> dict[str, np.ndarray]:
-  """Samples -> right-padded learner arrays of `rows` rows."""
+         pad_id: int = 0, experts_Lk: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+  """Samples -> right-padded learner arrays of `rows` rows. With `experts_Lk` (a MoE policy
+  replaying its routing) also `experts_BTLk`: each sample's recorded experts, -1 (route
+  afresh) where a sample has none, e.g. a replayed designer program."""
   if len(samples) > rows:
     raise ValueError(f"{len(samples)} samples for a batch of {rows} rows")
   longest = max([len(s.tokens) for s in samples] + [1])
@@ -74,4 +76,9 @@ def pack(samples: Sequence[records.Sample], rows: int, multiple: int = 64,
     out["logp_behaviour_BT"][i, :n] = s.logp
     out["advantages_B"][i] = s.advantage
     out["temperature_B"][i] = s.temperature  # greedy (0) is scored at 1: logprobs.py
+  if experts_Lk is not None:
+    out["experts_BTLk"] = np.full((rows, T, *experts_Lk), -1, np.int16)
+    for i, s in enumerate(samples):
+      if s.experts is not None:
+        out["experts_BTLk"][i, :len(s.experts)] = s.experts
   return out

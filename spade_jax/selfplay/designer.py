@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from spade_jax import sampling
+from spade_jax import rl, sampling
 from spade_jax import tokenizer as tok_lib
 from spade_jax.sandbox import starters
 from spade_jax.sandbox import validate as validate_lib
@@ -116,6 +116,7 @@ def regenerate(c, step: int, params, sampler: sampling.Sampler, tokenizer, pool,
     prompt_ids = [tok_lib.encode(tokenizer, tok_lib.render(tokenizer, m)) for m in messages]
     head = (f"attempt {attempt + 1}/{c.attempts_per_slot}, {len(open_slots)}/"
             f"{c.envs_per_regen} slots open")
+    routed = None  # a replayed program was scored, not sampled: it is routed afresh
     if programs:
       with progress.phase("designer replay", f"{head}, programs from designer.programs"):
         texts = [programs[((regen * c.attempts_per_slot + attempt) * c.envs_per_regen + s)
@@ -133,6 +134,9 @@ def regenerate(c, step: int, params, sampler: sampling.Sampler, tokenizer, pool,
                                  seed=seeds.derive(c.seed, step, seeds.DESIGNER, attempt))
         completions = out.token_lists()
         logps = [out.logprobs[row, :len(toks)] for row, toks in enumerate(completions)]
+        routed = None if out.experts is None else [
+            [out.prefill_experts[row], out.experts[row, :max(len(toks) - 1, 0)]]
+            for row, toks in enumerate(completions)]
         n_tokens += int(out.lengths.sum())
         ph.note = f"{int(out.lengths.sum())} tokens"
       texts = [tokenizer.decode(t, skip_special_tokens=True) for t in completions]
@@ -154,7 +158,8 @@ def regenerate(c, step: int, params, sampler: sampling.Sampler, tokenizer, pool,
       sample = records.Sample(
           tuple(p) + tuple(toks), (0,) * len(p) + (1,) * len(toks),
           (0.0,) * len(p) + tuple(float(x) for x in logps[row]), settings.temperature,
-          records.DESIGNER, env_id, slot_skill[s])
+          records.DESIGNER, env_id, slot_skill[s],
+          experts=None if routed is None else rl.routing_replay(routed[row], len(p) + len(toks)))
       card = records.Card(env_id, slot_skill[s], code, records.DESIGNER, step,
                           doc_id=docs[row].doc_id if docs[row] else "")
       admitted[s] = Admitted(card, sample)

@@ -49,6 +49,7 @@ class Episode:
   end: str = ""  # terminated | truncated | max_turns | context | crash | start_failed
   status: str = "OK"  # the sandbox status of the last reply
   won: bool = False
+  routing: list = dataclasses.field(default_factory=list)  # MoE: experts of the fed tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +188,8 @@ def _play(pool, sampler, params, tokenizer, groups, plays, settings, limits, see
     for row in cohort.live:
       e = episodes[idx_of(cohort, row)]
       toks = lists[row]
+      if out.experts is not None:  # the call's fed tokens, then its sampled ones but the last
+        e.routing += [out.prefill_experts[row], out.experts[row, :max(len(toks) - 1, 0)]]
       e.transcript = tok_lib.add_assistant(e.transcript, toks, lps[row, :len(toks)])
       e.turns += 1
       timing.tokens += len(toks)

@@ -74,7 +74,8 @@ def learner_config(c) -> learner_lib.LearnerConfig:
       lr=o.lr, weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, adam_eps=o.eps,
       max_grad_norm=o.grad_clip, eps_low=r.eps_low, eps_high=r.eps_high, tis_cap=r.tis_cap,
       kl_beta=r.kl_beta, kl_clamp=r.kl_clamp, micro_batch=o.micro_batch, remat=o.remat,
-      share_prefix=o.share_prefix)
+      share_prefix=o.share_prefix, routing_replay=r.routing_replay,
+      router_aux_coef=r.router_aux_coef, moe_impl=c.moe.impl)
 
 
 def starter_cards(skills, need: int, step: int) -> list[records.Card]:
@@ -103,7 +104,11 @@ def run(c, workdir: str, log=None, progress: progress_lib.Progress | None = None
   if tok is None:
     raise ValueError(f"model {c.model!r} has no tokenizer; set --config.tokenizer=SPEC")
   with progress.phase("setting up sampler and learner"):
-    sampler = sampling.Sampler.for_model(loaded, mesh, rules)
+    routing = bool(c.rl.routing_replay and loaded.cfg.n_experts)
+    sampler = sampling.Sampler.for_model(loaded, mesh, rules, routing=routing,
+                                         moe_impl=c.moe.impl)
+    experts_Lk = ((len(loaded.cfg.sparse_layers), loaded.cfg.experts_per_token) if routing
+                  else None)
     learner = learner_lib.make_learner(loaded.cfg, learner_config(c), mesh, rules)
     state = learner.init_state(loaded.params, c.seed)
     logp_of = PolicyScorer(learner)
@@ -178,7 +183,7 @@ def run(c, workdir: str, log=None, progress: progress_lib.Progress | None = None
       # ---- one optimizer step
       tl = time.perf_counter()
       state, more = train(c, learner, state, samples, sampler.pad_id, ref_params, logp_of,
-                          progress)
+                          progress, experts_Lk)
       row.update(more)
       row["time_learner_s"] = time.perf_counter() - tl
 
@@ -318,7 +323,9 @@ def play_pool(c, t: int, host: HostState, pool, params, plays: Plays,
                               c.reward.agent_eps)
     agent = [records.Sample(e.transcript.tokens, e.transcript.mask, e.transcript.logp,
                             c.agent.temperature, records.AGENT, groups[e.group].env_id,
-                            cards[e.group].skill, float(a), e.group)
+                            cards[e.group].skill, float(a), e.group,
+                            rl.routing_replay(e.routing, len(e.transcript)) if e.routing
+                            else None)
              for e, a in zip(played, adv)]
   stats = dict(_episode_stats(played), pool_size=len(cards),
                starter_envs=sum(cd.source == records.STARTER for cd in cards),
@@ -342,12 +349,13 @@ def remember(t: int, host: HostState, mcfg: memory_lib.MemoryConfig) -> HostStat
   return dataclasses.replace(host, pool=tuple(cards), memory=tuple(memory))
 
 
-def train(c, learner, state, samples, pad_id: int, ref_params, logp_of, progress):
+def train(c, learner, state, samples, pad_id: int, ref_params, logp_of, progress,
+          experts_Lk=None):
   """One optimizer step on the samples (skipped when nothing is trained): (state, metrics)."""
   if not any(s.trained_tokens for s in samples):
     progress.line("learner step: skipped (no trained tokens)")
     return state, {"learner_skipped": "no trained tokens"}
-  batch = batch_lib.pack(samples, c.global_batch, pad_id=pad_id)
+  batch = batch_lib.pack(samples, c.global_batch, pad_id=pad_id, experts_Lk=experts_Lk)
   row: dict[str, Any] = {}
   with progress.phase("learner step", _batch_text(batch, c.optim.micro_batch)) as ph:
     with progress.compiling("learner step"):

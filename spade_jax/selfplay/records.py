@@ -8,8 +8,11 @@ have a JSON form, because they live in checkpoints.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from typing import Any, Mapping
+
+import numpy as np
 
 DESIGNER, STARTER = "designer", "starter"  # where a pool environment came from
 SOURCES = (DESIGNER, STARTER)
@@ -45,6 +48,9 @@ class Sample:
   skill: str = ""
   advantage: float = 0.0
   group: int = 0  # agent samples: the index of the environment they played this step
+  # A MoE policy with routing replay: the experts the sampler routed each token to, int16
+  # [len(tokens), sparse layers, k], -1 where it routed nothing (rl.routing_replay); else None.
+  experts: np.ndarray | None = dataclasses.field(default=None, compare=False)
 
   def __post_init__(self):
     if self.role not in ROLES:
@@ -59,7 +65,11 @@ class Sample:
 
 
 def to_json(record) -> dict[str, Any]:
-  return dataclasses.asdict(record)
+  d = dataclasses.asdict(record)
+  if d.get("experts") is not None:  # int16 bytes, not a list of lists: 2 bytes per entry
+    e = np.ascontiguousarray(d["experts"], np.int16)
+    d["experts"] = {"shape": list(e.shape), "int16": base64.b64encode(e.tobytes()).decode()}
+  return d
 
 
 def card_from_json(d: Mapping[str, Any]) -> Card:
@@ -67,5 +77,9 @@ def card_from_json(d: Mapping[str, Any]) -> Card:
 
 
 def sample_from_json(d: Mapping[str, Any]) -> Sample:
+  experts = d.get("experts")
+  if experts is not None:
+    experts = np.frombuffer(base64.b64decode(experts["int16"]), np.int16).reshape(
+        experts["shape"]).copy()
   return Sample(**{**d, "tokens": tuple(d["tokens"]), "mask": tuple(d["mask"]),
-                   "logp": tuple(d["logp"])})
+                   "logp": tuple(d["logp"]), "experts": experts})
