@@ -42,6 +42,10 @@ def get_config(arg=None):
   preset = arg or "local"
   c = ml_collections.ConfigDict()
   c.preset = preset
+  # spade (default) | fixed_grpo (agent-only GRPO on a frozen pool) | fixed_rlve (agent-only, on
+  # parameterised families under RLVE's difficulty controller): docs/method.md §9.
+  c.method = "spade"
+  c.fixed_pool = ""  # fixed_grpo: a directory of .py programs; "" = the starter environments
   c.model = "smollm2-135m"  # SPEC: embedded name, HF directory, .gguf, checkpoint, random:PRESET
   c.tokenizer = ""  # SPEC to take the tokenizer from; "" = the model's own (random:* need one)
   c.dtype = "float32"  # compute dtype (params and optimizer stay float32)

@@ -68,7 +68,14 @@ def validate(c: ml_collections.ConfigDict) -> None:
              f"{sandbox_pool.PROTECTIONS}")
   if c.corpus.path and not os.path.exists(c.corpus.path):
     p.append(f"corpus.path {c.corpus.path!r} does not exist")
-  if c.corpus.enabled and not c.corpus.path and not c.corpus.builtin:
+  from spade_jax.selfplay import baselines
+  if c.method not in baselines.METHODS:
+    p.append(f"method {c.method!r} is not one of {baselines.METHODS}")
+  if c.fixed_pool and not os.path.isdir(c.fixed_pool):
+    p.append(f"fixed_pool {c.fixed_pool!r} is not a directory")
+  if c.fixed_pool and c.method != "fixed_grpo":
+    p.append(f"fixed_pool is set but method is {c.method!r} (fixed_pool is fixed_grpo's)")
+  if c.method == "spade" and c.corpus.enabled and not c.corpus.path and not c.corpus.builtin:
     p.append("corpus: give the designer's documents with --config.corpus.path=DOCS.jsonl (a "
              "`text` field per line), or --config.corpus.builtin=true for the built-in "
              "standard-library docstrings, or --config.corpus.enabled=false (skill-only prompts)")
@@ -207,7 +214,10 @@ def _main(argv: Sequence[str]) -> None:
     loop.run(c, args.workdir)
   except BaseException as e:
     remove_if_empty(args.workdir, created)
-    if isinstance(e, (CheckpointError, OSError)) and not isinstance(e, BrokenPipeError):
+    # ValueError: what a run finds wrong with its inputs once running (e.g. a fixed pool of
+    # which nothing is admitted) -- said in one line, as the config's own problems are.
+    if (isinstance(e, (CheckpointError, OSError, ValueError))
+        and not isinstance(e, BrokenPipeError)):
       _fail(e)
     raise
   print(outputs.report(args.workdir, str(c)))

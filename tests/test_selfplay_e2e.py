@@ -221,3 +221,30 @@ def test_reference_policy_only_when_kl_is_on(programs):
                  [3, 2], 0.6)
   np.testing.assert_allclose(parts[0], got[0, 3:], atol=1e-5)
   assert parts[1].shape == (3,)
+
+
+def test_fixed_grpo_trains_on_the_admitted_pool_and_names_the_rejected(tmp_path):
+  pool_dir = tmp_path / "pool"
+  pool_dir.mkdir()
+  for name in ("knapsack.py", "maze_walk.py", "code_breaker.py"):
+    (pool_dir / name).write_text(starters.code(name))
+  (pool_dir / "zz_broken.py").write_text("class BrokenEnv(:\n    pass\n")
+  lines = []
+  c = config_lib.load("configs/spade.py:local")
+  config_lib.override(c, OVERRIDES + ["method=fixed_grpo", f"fixed_pool={pool_dir}",
+                                      "total_steps=2"])
+  train.validate(c)
+  workdir = str(tmp_path / "run")
+  host = loop.run(c, workdir, log=lines.append)
+  rows = _rows(workdir)
+  assert [r["step"] for r in rows] == [0, 1]
+  for r in rows:
+    assert "designer_attempts" not in r and r["designer_trained"] == 0
+    assert r["pool_size"] == 2 and r["agent_trained"] == 4 and r["starter_envs"] == 0
+  fixed = json.load(open(os.path.join(workdir, "fixed_pool.json")))
+  assert len(fixed["admitted"]) == 3
+  assert [(x["name"], x["check"]) for x in fixed["rejected"]] == [("zz_broken.py", "compile")]
+  assert any(x.startswith("fixed pool: rejected zz_broken.py (compile") for x in lines)
+  # The last step's two environments, drawn from the admitted three.
+  assert {cd.source for cd in host.pool} == {records.FIXED} and len(host.pool) == 2
+  assert {cd.env_id for cd in host.pool} <= set(fixed["admitted"])

@@ -208,3 +208,15 @@ def test_the_learner_gets_each_config_field_under_its_own_name():
 def test_an_observation_no_tokenizer_takes_ends_its_episode_not_the_run():
   assert episodes._encodable("plain text, ünïcode, 漢字")
   assert not episodes._encodable("lone \ud800 surrogate")
+
+
+def test_a_fixed_pool_is_sampled_per_step_without_replacement():
+  from spade_jax.selfplay import baselines
+  cards = [_card(f"e{i}", records.FIXED) for i in range(6)]
+  draws = [tuple(cd.env_id for cd in baselines.sample_pool(cards, 3, seed)) for seed in range(12)]
+  assert all(len(set(d)) == 3 and list(d) == sorted(d) for d in draws)  # distinct, pool order
+  assert len(set(draws)) > 4 and draws[0] == tuple(
+      cd.env_id for cd in baselines.sample_pool(cards, 3, 0))  # seeded
+  assert baselines.sample_pool(cards[:2], 3, 0) == cards[:2]
+  from spade_jax.sandbox import starters
+  assert [n for n, _ in baselines.pool_programs("")] == sorted(starters.STARTERS)

@@ -38,6 +38,7 @@ from spade_jax.sandbox import pool as pool_lib
 from spade_jax.sandbox import starters
 from spade_jax.sandbox import validate as validate_lib
 from spade_jax.sandbox.contract import Limits
+from spade_jax.selfplay import baselines
 from spade_jax.selfplay import batch as batch_lib
 from spade_jax.selfplay import corpus as corpus_lib
 from spade_jax.selfplay import designer as designer_lib
@@ -137,6 +138,8 @@ def run(c, workdir: str, log=None, progress: progress_lib.Progress | None = None
   with progress.phase("starting sandbox", f"{c.env.workers} workers"):
     pool = pool_lib.Pool(workers=c.env.workers, limits=limits, require=tuple(c.env.require))
   log(f"sandbox protections: {sorted(k for k, v in pool.protections.items() if v)}")
+  fixed_cards = _fixed_pool(c, workdir, pool, validation, progress) if (
+      c.method == "fixed_grpo") else []
   step_times: list[tuple[bool, float]] = []  # this process's steps, for the ETA
   try:
     for t in range(host.step, c.total_steps):
@@ -148,8 +151,14 @@ def run(c, workdir: str, log=None, progress: progress_lib.Progress | None = None
       paid: list[records.Sample] = []
       timing = episodes_lib.Timing()
 
+      # ---- the environments of this step: a fixed-pool baseline draws them
+      if c.method == "fixed_grpo":
+        host = dataclasses.replace(host, pool=tuple(
+            dataclasses.replace(cd, step=t) for cd in baselines.sample_pool(
+                fixed_cards, c.envs_per_regen, seeds.derive(c.seed, t, seeds.POOL))))
+
       # ---- regeneration: pay the last window, design, admit, hint, hinted plays
-      if regen:
+      if regen and c.method == "spade":
         host, paid, stats = pay_window(c, host, rcfg)
         row.update(stats)
         tr = time.perf_counter()
@@ -213,7 +222,30 @@ def run(c, workdir: str, log=None, progress: progress_lib.Progress | None = None
   return host
 
 
+def _fixed_pool(c, workdir: str, pool, validation, progress) -> list[records.Card]:
+  """fixed_grpo's pool: its programs through admission once; the rejected ones are named with
+  their reasons (in the log and in fixed_pool.json) and skipped."""
+  programs = baselines.pool_programs(c.fixed_pool)
+  with progress.phase("fixed pool admission", f"{len(programs)} programs from "
+                      f"{c.fixed_pool or 'the starter environments'}", total=len(programs),
+                      unit="programs") as ph:
+    cards, rejected = baselines.admit_pool(pool, programs, dataclasses.replace(
+        validation, seed=seeds.derive(c.seed, 0, seeds.ADMISSION, 0)))
+    ph.update(len(programs))
+    ph.note = f"admitted {len(cards)}/{len(programs)}"
+  for r in rejected:
+    progress.line(f"fixed pool: rejected {r.name} ({r.check}: {r.reason})")
+  outputs.write_json(os.path.join(workdir, "fixed_pool.json"), {
+      "admitted": [cd.env_id for cd in cards],
+      "rejected": [dataclasses.asdict(r) for r in rejected]})
+  if not cards:
+    raise ValueError(f"fixed_pool: none of the {len(programs)} programs was admitted")
+  return cards
+
+
 def _corpus(c, workdir: str, host: HostState, progress) -> corpus_lib.Corpus | None:
+  if c.method != "spade":
+    return None  # nothing is designed
   if not c.corpus.enabled:
     progress.line("corpus: none (skill-only designer prompts)")
     return None

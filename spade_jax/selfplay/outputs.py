@@ -55,17 +55,25 @@ def flat_numbers(row: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
   return out
 
 
+def write_text(path: str, text: str) -> None:
+  """Atomically: a crash leaves the previous file, never half of the new one."""
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    f.write(text)
+  os.replace(tmp, path)
+
+
+def write_json(path: str, data: Any) -> None:
+  write_text(path, json.dumps(data, indent=1))
+
+
 def write_card(workdir: str, card: Mapping[str, Any]) -> None:
   """pool/<env_id>.py (the code) and pool/<env_id>.json (everything else), atomically."""
   d = os.path.join(workdir, "pool")
   os.makedirs(d, exist_ok=True)
-  for name, text in ((f"{card['env_id']}.py", card["code"]),
-                     (f"{card['env_id']}.json",
-                      json.dumps({k: v for k, v in card.items() if k != "code"}, indent=1))):
-    tmp = os.path.join(d, name + ".tmp")
-    with open(tmp, "w") as f:
-      f.write(text)
-    os.replace(tmp, os.path.join(d, name))
+  write_text(os.path.join(d, f"{card['env_id']}.py"), card["code"])
+  write_json(os.path.join(d, f"{card['env_id']}.json"),
+             {k: v for k, v in card.items() if k != "code"})
 
 
 def _mean(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:

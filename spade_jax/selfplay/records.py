@@ -14,8 +14,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-DESIGNER, STARTER = "designer", "starter"  # where a pool environment came from
-SOURCES = (DESIGNER, STARTER)
+# Where a pool environment came from: the designer, the hand-written starters, a frozen pool
+# (fixed_grpo) or a parameterised family at some level (fixed_rlve).
+DESIGNER, STARTER, FIXED, FAMILY = "designer", "starter", "fixed", "family"
+SOURCES = (DESIGNER, STARTER, FIXED, FAMILY)
 AGENT = "agent"  # the role of a sample: AGENT or DESIGNER
 ROLES = (AGENT, DESIGNER)
 
@@ -31,6 +33,7 @@ class Card:
   doc_id: str = ""  # the corpus document the designer was given
   win_rate: float | None = None  # unhinted win rate at the regeneration step
   regret: float | None = None  # unfloored, at the regeneration step
+  level: int | None = None  # a family instance's difficulty level (fixed_rlve)
 
   def __post_init__(self):
     if self.source not in SOURCES:

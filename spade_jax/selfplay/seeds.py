@@ -12,6 +12,7 @@ PLAYS = 5  # (seed, step, PLAYS): the agent's sampling in unhinted plays
 TRIM = 6  # (seed, step, TRIM): which whole groups a full batch leaves out
 MEMORY = 7  # (seed, step, MEMORY, slot, attempt): memory examples in a designer prompt
 ADMISSION = 8  # (seed, step, ADMISSION, attempt): the validator's hidden seeds and probes
+POOL = 9  # (seed, step, POOL): which environments a baseline plays this step
 
 
 def derive(*parts: int) -> int:
