@@ -58,7 +58,7 @@ def time_parts(rows: Sequence[Row]) -> tuple[list[int], dict[str, list[float]]]:
 
 # ---- figures: rows -> (figure | None when no row carries the figure's keys)
 
-def _figure(n_axes: int, title: str, rows: Sequence[Row]):
+def figure(n_axes: int, title: str, rows: Sequence[Row]):
   from matplotlib.backends.backend_agg import FigureCanvasAgg
   from matplotlib.figure import Figure
   from matplotlib.ticker import MaxNLocator
@@ -104,7 +104,7 @@ def _stacked(ax, steps, parts: Mapping[str, Sequence[float]]) -> None:
 def agent(rows):
   if not (series(rows, "agent_return_mean")[0] or series(rows, "agent_win_rate")[0]):
     return None
-  fig, (a, b) = _figure(2, "Agent (unhinted plays)", rows)
+  fig, (a, b) = figure(2, "Agent (unhinted plays)", rows)
   _lines(a, rows, [("agent_return_mean", "mean return")])
   _lines(b, rows, [("agent_win_rate", "win rate")])
   b.set_ylim(-0.05, 1.05)
@@ -115,7 +115,7 @@ def designer_admission(rows):
   steps, parts = rejections(rows)
   if not steps:
     return None
-  fig, (a, b) = _figure(2, "Designer admission (regeneration steps)", rows)
+  fig, (a, b) = figure(2, "Designer admission (regeneration steps)", rows)
   _lines(a, rows, [("designer_admission_rate", "admission rate")])
   a.set_ylim(-0.05, 1.05)
   _stacked(b, steps, parts)
@@ -128,7 +128,7 @@ def designer_reward(rows):
           ("designer_anchor_mean", "anchor"), ("designer_win_rate_mean", "window win rate")]
   if not any(series(rows, k)[0] for k, _ in keys):
     return None
-  fig, (a,) = _figure(1, "Designer reward per window (at the step that closes it)", rows)
+  fig, (a,) = figure(1, "Designer reward per window (at the step that closes it)", rows)
   _lines(a, rows, keys)
   return fig
 
@@ -141,7 +141,7 @@ def learner(rows):
              ("ratio_mean", "ratio mean")]]
   if not skipped and not any(series(rows, k)[0] for g in groups for k, _ in g):
     return None
-  fig, axes = _figure(3, "Learner", rows)
+  fig, axes = figure(3, "Learner", rows)
   for ax, keys in zip(axes, groups):
     _lines(ax, rows, keys)
     for j, s in enumerate(skipped):
@@ -156,7 +156,7 @@ def time_split(rows):
   steps, parts = time_parts(rows)
   if not steps:
     return None
-  fig, (a,) = _figure(1, "Wall time per step", rows)
+  fig, (a,) = figure(1, "Wall time per step", rows)
   _stacked(a, steps, parts)
   a.set_ylabel("seconds")
   return fig
