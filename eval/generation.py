@@ -68,13 +68,18 @@ class ModelGenerator:
   Completions that hit `max_new_tokens` are counted in `truncated`.
   """
 
-  def __init__(self, spec: str, dtype: str = "float32", max_rows: int = 16):
-    from spade_jax import loading, sampling
+  def __init__(self, spec: str, dtype: str = "float32", max_rows: int = 16,
+               tokenizer: str | None = None):
+    from spade_jax import checkpoint, loading, sampling
+    from spade_jax import tokenizer as tok_lib
 
     self.name = spec
-    self.loaded = loading.load_model(spec, dtype=dtype)
+    self.loaded = loading.load_model(spec, dtype=dtype, tokenizer=tokenizer is None)
+    if tokenizer is not None:  # another SPEC's tokenizer (random:* weights have none)
+      self.loaded.tokenizer = tok_lib.load_tokenizer(checkpoint.tokenizer_path(tokenizer))
     if self.loaded.tokenizer is None:
-      raise ValueError(f"model {spec!r} has no tokenizer; benchmarks need chat prompts")
+      raise ValueError(f"model {spec!r} has no tokenizer; benchmarks need chat prompts "
+                       "(--tokenizer SPEC)")
     self.sampler = sampling.Sampler.for_model(self.loaded)
     self.max_rows = max_rows  # sequences decoded together (prompts x samples)
     self.overflows = 0
@@ -147,8 +152,10 @@ class ModelGenerator:
 BUILTIN = {"oracle": OracleGenerator, "empty": EmptyGenerator}
 
 
-def make_generator(spec: str, dtype: str = "float32", max_rows: int = 16):
-  """`oracle`, `empty`, or a model SPEC (see spade_jax.loading)."""
+def make_generator(spec: str, dtype: str = "float32", max_rows: int = 16,
+                   tokenizer: str | None = None):
+  """`oracle`, `empty`, or a model SPEC (see spade_jax.loading), optionally with the tokenizer
+  of another SPEC."""
   if spec in BUILTIN:
     return BUILTIN[spec]()
-  return ModelGenerator(spec, dtype=dtype, max_rows=max_rows)
+  return ModelGenerator(spec, dtype=dtype, max_rows=max_rows, tokenizer=tokenizer)

@@ -9,9 +9,17 @@ limit. HumanEval and MATH-500 are not in the paper's table; they use the common 
 smoke: two problems (or episodes) per benchmark, one short sample each, prompts up to 2048 tokens
 — a few minutes on two CPU cores with SmolLM2-135M, meant to prove the pipeline end to end, not
 to measure anything.
+
+Environment suites (`envs:DIR`, see envs.py) play each program `Sampling.n` episodes with the
+self-play agent's sampling (T 0.6, top-p 0.95, top-k 20; configs/spade.py `agent`), up to 25
+turns: paper 8 episodes, 8192 tokens per turn and 32768 per episode (the recipe's
+`agent_context`); smoke 2 episodes, 48 tokens per turn and 1024 per episode (the `local`
+self-play preset's).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from .generation import Sampling
 from .protocol import Protocol
@@ -57,9 +65,43 @@ def _smoke() -> dict[str, Protocol]:
 
 
 PRESETS = {"paper": _paper, "smoke": _smoke}
+ENVS_PREFIX = "envs:"
+
+
+def _agent(n: int, max_new_tokens: int) -> Sampling:
+  return Sampling(n=n, temperature=0.6, top_p=0.95, top_k=20, max_new_tokens=max_new_tokens)
+
+
+ENVS = {"paper": Protocol(None, _agent(8, 8192), max_turns=25, context=32768),
+        "smoke": Protocol(None, _agent(2, 48), max_turns=25, context=1024)}
 
 
 def get(preset: str) -> dict[str, Protocol]:
   if preset not in PRESETS:
     raise ValueError(f"unknown preset {preset!r}; presets: {sorted(PRESETS)}")
   return PRESETS[preset]()
+
+
+def protocol(preset: str, name: str) -> Protocol:
+  """The protocol of one benchmark; every `envs:` suite shares its preset's ENVS entry."""
+  if name.startswith(ENVS_PREFIX):
+    get(preset)  # an unknown preset is the same error for every benchmark
+    return ENVS[preset]
+  return get(preset)[name]
+
+
+def override(proto: Protocol, overrides: dict | None) -> Protocol:
+  """`proto` with some fields replaced: Sampling fields (n, max_new_tokens, seed, ...) or
+  Protocol fields (max_turns, context, ...); an unknown name is an error."""
+  if not overrides:
+    return proto
+  s_fields = {f.name for f in dataclasses.fields(Sampling)}
+  p_fields = {f.name for f in dataclasses.fields(Protocol)} - {"sampling"}
+  unknown = set(overrides) - s_fields - p_fields
+  if unknown:
+    raise ValueError(f"unknown protocol fields {sorted(unknown)}; "
+                     f"known: {sorted(s_fields | p_fields)}")
+  sampling = dataclasses.replace(proto.sampling,
+                                 **{k: v for k, v in overrides.items() if k in s_fields})
+  return dataclasses.replace(proto, sampling=sampling,
+                             **{k: v for k, v in overrides.items() if k in p_fields})

@@ -4,8 +4,9 @@ A benchmark is a `Benchmark` value: `load(ctx)` returns its items (each a dict w
 "id", "prompt" — a `generation.Prompt` — and "gold"); `grade(pairs, ctx)` scores a batch of
 (item, completion) pairs; multi-turn benchmarks also have `play`, which drives the generator
 through each episode and yields (item, sample index, completion). Completions are whatever the
-benchmark saves and re-grades: a string, or for tool use the responses of every step of every
-turn. `Unavailable` means "this benchmark cannot run here" (data file absent, sandbox missing)
+benchmark saves and re-grades: a string, for tool use the responses of every step of every turn,
+for environment suites the episode record. A `self_contained` benchmark's completions carry all
+that grading needs, so re-scoring them loads no data. `Unavailable` means "this benchmark cannot run here" (data file absent, sandbox missing)
 and becomes an "unavailable" row, never a crash.
 """
 
@@ -30,6 +31,8 @@ class Protocol:
   timeout_s: float = 10.0  # code: wall seconds per executed program
   episodes: int = 8  # Reasoning-Gym: problems per task
   subset: tuple[str, ...] = ()  # Reasoning-Gym: only these tasks (empty: the whole bucket)
+  max_turns: int = 25  # environment suites: agent turns per episode (the env's own limit first)
+  context: int = 0  # environment suites: tokens of one whole episode (0: the model's context)
 
 
 @dataclasses.dataclass
@@ -39,6 +42,7 @@ class Context:
   protocol: Protocol
   data_dir: str | None = None
   sandbox_workers: int = 2
+  notes: dict = dataclasses.field(default_factory=dict)  # what a benchmark adds to its row
   _pool: Any = None
 
   def pool(self):
@@ -65,6 +69,7 @@ class Benchmark:
   grade: Callable[[list[tuple[dict, Any]], Context], list[dict]]
   play: Callable[..., Iterator[tuple[dict, int, Any]]] | None = None
   offline: bool = True  # data ships in an installed package (False: user-supplied file)
+  self_contained: bool = False  # completions hold all grading needs: re-scoring loads no data
 
 
 def user_file(data_dir: str | None, names: tuple[str, ...], what: str) -> str:

@@ -1,13 +1,15 @@
 """Evaluation CLI: sample, grade, save, summarize — or re-grade saved samples without a model.
 
   python -m spade_jax.eval.run --model SPEC --benchmarks LIST --preset smoke|paper --out DIR \\
-      [--data_dir USER_DATA] [--samples N] [--max_new_tokens N] [--dtype bfloat16]
+      [--data_dir USER_DATA] [--samples N] [--max_new_tokens N] [--max_turns N] [--seed S] \\
+      [--dtype bfloat16] [--tokenizer SPEC]
   python -m spade_jax.eval.run --rescore DIR [--out DIR2] [--data_dir USER_DATA]
 
 SPEC is any model the generate CLI accepts (smollm2-135m, an HF directory, a .gguf file,
 random:PRESET) or a check generator: `oracle` (answers with the reference; must score 1.0) or
 `empty` (must score 0.0). LIST is comma-separated benchmark or family names, or `all`
-(see `spade_jax.eval.benchmarks`). Writes, as results complete:
+(see `spade_jax.eval.benchmarks`), including environment suites `envs:DIR` (every program of DIR
+played by the self-play agent; eval/envs.py). Writes, as results complete:
 
   DIR/samples/<benchmark>.jsonl   one graded sample per line (see eval/samples.py)
   DIR/summary.json                {"benchmarks": {name: {"score", "n", "stderr", "ci95",
@@ -21,7 +23,6 @@ Re-scoring reads DIR/samples and writes DIR2 (default DIR/rescored) with fresh v
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -31,7 +32,7 @@ from typing import Sequence
 
 from . import benchmarks as bench_lib
 from . import presets, samples, stats
-from .generation import make_generator
+from .generation import Prompt, make_generator
 from .protocol import Benchmark, Context, Protocol, Unavailable
 from spade_jax import cli
 from spade_jax import hostmem
@@ -101,7 +102,7 @@ def run_benchmark(bench: Benchmark, gen, proto: Protocol, ctx: Context, path: st
     bar.close()
     writer.close()
   row = stats.summarize({it["id"]: scores[it["id"]] for it in items})
-  row = {**row, "status": "ok", "wall_s": round(time.perf_counter() - t0, 2)}
+  row = {**row, **ctx.notes, "status": "ok", "wall_s": round(time.perf_counter() - t0, 2)}
   if hasattr(gen, "overflows"):  # prompts the model never saw score 0: say how many
     row["overflowed_prompts"] = gen.overflows - overflow0
   return row
@@ -109,6 +110,18 @@ def run_benchmark(bench: Benchmark, gen, proto: Protocol, ctx: Context, path: st
 
 def _fmt(x: float) -> str:
   return "nan" if x != x else f"{100 * x:.1f}"
+
+
+def _status(row: dict) -> str:
+  """"ok", with what the row left out or lost on the way (prompts, environments)."""
+  notes = []
+  if row.get("overflowed_prompts"):
+    notes.append(f"{row['overflowed_prompts']} prompts over the prompt limit, not sampled")
+  if row.get("unscored"):
+    notes.append("not scored: " + ", ".join(f"{k} ({v})" for k, v in row["unscored"].items()))
+  if row.get("failed_to_start"):
+    notes.append("failed to start, counted as losses: " + ", ".join(row["failed_to_start"]))
+  return "ok" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def write_summary(out: str, summary: dict) -> None:
@@ -122,11 +135,8 @@ def write_summary(out: str, summary: dict) -> None:
     if r["status"] == "ok":
       lo, hi = r["ci95"]
       lines.append(f"| {name} | {_fmt(r['score'])} | [{_fmt(lo)}, {_fmt(hi)}] | "
-                   f"{_fmt(r['stderr'])} | {r['n']} | {r['problems']} | ok | "
+                   f"{_fmt(r['stderr'])} | {r['n']} | {r['problems']} | {_status(r)} | "
                    f"{r.get('wall_s', '')} |")
-      if r.get("overflowed_prompts"):
-        lines[-1] = lines[-1].replace("| ok |", f"| ok ({r['overflowed_prompts']} prompts over "
-                                      "the prompt limit, not sampled) |")
     else:
       lines.append(f"| {name} | – | – | – | 0 | 0 | {r['status']}: {r['reason']} | "
                    f"{r.get('wall_s', '')} |")
@@ -139,18 +149,18 @@ def write_summary(out: str, summary: dict) -> None:
 
 def evaluate(model: str, selected: list[Benchmark], preset: str, out: str,
              data_dir: str | None = None, overrides: dict | None = None,
-             dtype: str = "float32") -> dict:
-  """Runs the selected benchmarks; every finished benchmark is in summary.json at once."""
+             dtype: str = "float32", tokenizer: str | None = None) -> dict:
+  """Runs the selected benchmarks; every finished benchmark is in summary.json at once.
+  `overrides`: protocol fields for every benchmark (presets.override)."""
   t0 = time.perf_counter()
-  protocols = presets.get(preset)
-  gen = make_generator(model, dtype=dtype)  # first: a model that fails to load leaves no `out`
+  protos = {b.name: presets.override(presets.protocol(preset, b.name), overrides)
+            for b in selected}  # first: a bad preset or override loads no model
+  # Then the model: one that fails to load leaves no `out`.
+  gen = make_generator(model, dtype=dtype, tokenizer=tokenizer)
   os.makedirs(os.path.join(out, "samples"), exist_ok=True)
   summary = {"model": model, "preset": preset, "benchmarks": {}, "wall_s": 0.0}
   for bench in selected:
-    proto = protocols[bench.name]
-    if overrides:
-      proto = dataclasses.replace(proto, sampling=dataclasses.replace(proto.sampling,
-                                                                      **overrides))
+    proto = protos[bench.name]
     ctx = Context(proto, data_dir)
     path = os.path.join(out, "samples", f"{bench.name}.jsonl")
     t1 = time.perf_counter()
@@ -171,6 +181,19 @@ def evaluate(model: str, selected: list[Benchmark], preset: str, out: str,
   return summary
 
 
+def _saved_items(bench: Benchmark, recs: list[dict], ctx: Context, fname: str) -> list[dict]:
+  """The item each saved sample was graded against: the benchmark's own, or, for a
+  self-contained one, rebuilt from the sample (its prompt messages)."""
+  if bench.self_contained:
+    return [{"id": r["id"], "gold": r.get("gold"),
+             "prompt": Prompt(tuple(r.get("messages") or ()))} for r in recs]
+  items = {it["id"]: it for it in bench.load(ctx)}
+  unknown = sorted({r["id"] for r in recs} - set(items))
+  if unknown:
+    raise samples.SampleFileError(f"{fname}: ids not in {bench.name}: {unknown[:5]}")
+  return [items[r["id"]] for r in recs]
+
+
 def rescore(src: str, out: str, data_dir: str | None = None) -> dict:
   """Grades saved samples again (no model): new verdicts, same completions."""
   t0 = time.perf_counter()
@@ -188,18 +211,15 @@ def rescore(src: str, out: str, data_dir: str | None = None) -> dict:
       continue
     name = fname[:-len(".jsonl")]
     recs = list(samples.read(os.path.join(sample_dir, fname)))
-    if name not in bench_lib.REGISTRY:
+    bench = bench_lib.saved(name)
+    if bench is None:
       raise samples.SampleFileError(f"{fname}: unknown benchmark {name!r}")
-    bench = bench_lib.REGISTRY[name]
-    proto = presets.get(summary["preset"] if summary["preset"] in presets.PRESETS
-                        else "smoke")[name]
+    proto = presets.protocol(summary["preset"] if summary["preset"] in presets.PRESETS
+                             else "smoke", name)
     ctx = Context(proto, data_dir)
     try:
-      items = {it["id"]: it for it in bench.load(ctx)}
-      unknown = sorted({r["id"] for r in recs} - set(items))
-      if unknown:
-        raise samples.SampleFileError(f"{fname}: ids not in {name}: {unknown[:5]}")
-      graded = bench.grade([(items[r["id"]], r["completion"]) for r in recs], ctx)
+      items_of = _saved_items(bench, recs, ctx, fname)
+      graded = bench.grade([(it, r["completion"]) for it, r in zip(items_of, recs)], ctx)
     except Unavailable as e:
       summary["benchmarks"][name] = {"score": None, "n": 0, "stderr": None,
                                      "status": "unavailable", "reason": str(e)}
@@ -210,8 +230,8 @@ def rescore(src: str, out: str, data_dir: str | None = None) -> dict:
     writer = samples.Writer(os.path.join(out, "samples", fname + ".tmp"))
     scores: dict[str, list[float]] = defaultdict(list)
     changed = 0
-    for r, g in zip(recs, graded):
-      new = _record(bench, items[r["id"]], r["sample"], r["completion"], g)
+    for it, r, g in zip(items_of, recs, graded):
+      new = _record(bench, it, r["sample"], r["completion"], g)
       changed += new["score"] != r["score"]
       writer.write(new)
       scores[r["id"]].append(new["score"])
@@ -238,7 +258,14 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--out", metavar="DIR", help="output directory")
   p.add_argument("--data_dir", metavar="DIR", help="directory of user-supplied benchmark files")
   p.add_argument("--samples", type=int, metavar="N", help="override samples per problem")
-  p.add_argument("--max_new_tokens", type=int, metavar="N", help="override the token budget")
+  p.add_argument("--max_new_tokens", type=int, metavar="N",
+                 help="override the token budget (environment suites: per turn)")
+  p.add_argument("--max_turns", type=int, metavar="N",
+                 help="override the agent turns per episode of environment suites")
+  p.add_argument("--seed", type=int, metavar="S",
+                 help="override the run seed (sampling; environment suites' reset seeds)")
+  p.add_argument("--tokenizer", metavar="SPEC",
+                 help="take the tokenizer from this SPEC (random:* weights have none)")
   p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                  help="compute dtype of the model (default: float32)")
   p.add_argument("--rescore", metavar="DIR", help="re-grade DIR/samples without a model")
@@ -264,9 +291,11 @@ def _main(argv: Sequence[str]) -> int:
         p.error("--model and --out are required (or --rescore DIR)")
       _check_out(a.out)
       selected = bench_lib.select(a.benchmarks)
-      overrides = {k: v for k, v in (("n", a.samples), ("max_new_tokens", a.max_new_tokens))
+      overrides = {k: v for k, v in (("n", a.samples), ("max_new_tokens", a.max_new_tokens),
+                                     ("max_turns", a.max_turns), ("seed", a.seed))
                    if v is not None}
-      summary = evaluate(a.model, selected, a.preset, a.out, a.data_dir, overrides, a.dtype)
+      summary = evaluate(a.model, selected, a.preset, a.out, a.data_dir, overrides, a.dtype,
+                         a.tokenizer)
       out = a.out
   except BrokenPipeError:
     raise
