@@ -57,7 +57,8 @@ class EffectTrialsEnv:
                  else "Treatment A changes")
         pair = " ".join(self.names[:2])
         obs = (f"{which} a field's yield by a fixed hidden amount (effects add up). {told}\n"
-               f"\\boxed{{trial {pair}}} grows a plot with treatment {' and '.join(self.names[:2])} "
+               f"\\boxed{{trial {pair}}} grows a plot with "
+               f"treatment{'s' * (len(self.names) > 1)} {' and '.join(self.names[:2])} "
                "(\\boxed{trial none} with none) and reports its yield. \\boxed{effect A -3} states "
                "that A changes the yield by -3. "
                f"State every effect correctly to win. You have {self.max_turns} turns.")
