@@ -46,6 +46,10 @@ def get_config(arg=None):
   # parameterised families under RLVE's difficulty controller): docs/method.md §9.
   c.method = "spade"
   c.fixed_pool = ""  # fixed_grpo: a directory of .py programs; "" = the starter environments
+  # fixed_rlve: RLVE's difficulty controller per family (sandbox/families; () = all twelve):
+  # the window [l, h] rises when accuracy at h reaches tau_acc over >= tau_num plays, and keeps
+  # at most d_delta levels.
+  c.rlve = ml_collections.ConfigDict(dict(tau_acc=0.9, tau_num=128, d_delta=4, families=()))
   c.model = "smollm2-135m"  # SPEC: embedded name, HF directory, .gguf, checkpoint, random:PRESET
   c.tokenizer = ""  # SPEC to take the tokenizer from; "" = the model's own (random:* need one)
   c.dtype = "float32"  # compute dtype (params and optimizer stay float32)

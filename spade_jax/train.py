@@ -73,6 +73,12 @@ def validate(c: ml_collections.ConfigDict) -> None:
     p.append(f"method {c.method!r} is not one of {baselines.METHODS}")
   if c.fixed_pool and not os.path.isdir(c.fixed_pool):
     p.append(f"fixed_pool {c.fixed_pool!r} is not a directory")
+  from spade_jax.sandbox import families
+  unknown = [f for f in c.rlve.families if f not in families.NAMES]
+  if unknown:
+    p.append(f"rlve.families: unknown {unknown}; known: {list(families.NAMES)}")
+  if not 0 < c.rlve.tau_acc <= 1 or c.rlve.tau_num < 1 or c.rlve.d_delta < 1:
+    p.append("rlve: need 0 < tau_acc <= 1, tau_num >= 1 and d_delta >= 1")
   if c.fixed_pool and c.method != "fixed_grpo":
     p.append(f"fixed_pool is set but method is {c.method!r} (fixed_pool is fixed_grpo's)")
   if c.method == "spade" and c.corpus.enabled and not c.corpus.path and not c.corpus.builtin:

@@ -17,7 +17,7 @@ from spade_jax import tokenizer as tok_lib
 from spade_jax import train
 from spade_jax.sandbox import starters
 from spade_jax.selfplay import batch as batch_lib
-from spade_jax.selfplay import loop, prompts, records, seeds
+from spade_jax.selfplay import loop, prompts, records, rlve, seeds
 
 SEED = 0
 AGENT_T, DESIGNER_T = 0.7, 0.9  # neither 1.0 nor 0.6, so a swapped or default one shows
@@ -248,3 +248,20 @@ def test_fixed_grpo_trains_on_the_admitted_pool_and_names_the_rejected(tmp_path)
   # The last step's two environments, drawn from the admitted three.
   assert {cd.source for cd in host.pool} == {records.FIXED} and len(host.pool) == 2
   assert {cd.env_id for cd in host.pool} <= set(fixed["admitted"])
+
+
+def test_fixed_rlve_plays_family_instances_and_counts_them_in_the_controller(tmp_path):
+  c = config_lib.load("configs/spade.py:local")
+  config_lib.override(c, OVERRIDES + ["method=fixed_rlve", "total_steps=2", "rlve.tau_num=2",
+                                      "rlve.families=('prime_factors', 'robot_heading')"])
+  train.validate(c)
+  workdir = str(tmp_path / "run")
+  host = loop.run(c, workdir, log=lambda *_: None)
+  rows = _rows(workdir)
+  assert [r["rlve_levels_played"] for r in rows] == [[1, 1], [1, 1]]
+  assert [r["rlve_level_max"] for r in rows] == [1.0, 1.0]  # a random policy wins nothing
+  assert all("designer_attempts" not in r and r["agent_trained"] == 4 for r in rows)
+  assert {cd.source for cd in host.pool} == {records.FAMILY}
+  # Every play of both steps was counted at its family and level (2 steps x 2 plays, 0 wins).
+  assert {n: rlve.accuracy(host.rlve, n, 1) for n in ("prime_factors", "robot_heading")} == {
+      "prime_factors": (0.0, 4), "robot_heading": (0.0, 4)}

@@ -9,7 +9,7 @@ import pytest
 from spade_jax import config as config_lib
 from spade_jax import train
 from spade_jax.sandbox.contract import Status
-from spade_jax.selfplay import designer, episodes, ledger, loop, memory, records, seeds
+from spade_jax.selfplay import designer, episodes, ledger, loop, memory, records, rlve, seeds
 from spade_jax.selfplay.state import HostState, from_json, to_json
 
 
@@ -72,7 +72,7 @@ def test_each_kind_of_play_draws_from_its_own_seed_phase():
   regen = designer.Regeneration([designer.Admitted(_card("ok"), _sample("ok"))], [], 0)
   plays = RecordingPlays()
   host, _, _ = loop.open_window(c, 4, HostState(), regen, None, None, plays)
-  loop.play_pool(c, 4, host, None, None, plays, loop.memory_config(c))
+  loop.play_pool(c, 4, host, None, None, plays, loop.memory_config(c))[0]
   hinted, unhinted = plays.seeds["hinted plays"], plays.seeds["unhinted plays"]
   assert hinted[0] == seeds.derive(5, 4, seeds.HINTED_PLAYS) and hinted[2] == 3
   assert unhinted[0] == seeds.derive(5, 4, seeds.PLAYS) and unhinted[2] == 2
@@ -124,7 +124,10 @@ def test_host_state_round_trips_and_holds_nothing_derivable():
                 _window_with([0]), {"Optimization": (0.5, 0.4)}, {"pos": 7})
   assert from_json(to_json(h)) == h
   assert {f.name for f in dataclasses.fields(HostState)} == {
-      "step", "pool", "memory", "window", "skill_emas", "corpus"}  # no regeneration index
+      "step", "pool", "memory", "window", "skill_emas", "corpus", "rlve"}  # no regen index
+  with_rlve = dataclasses.replace(h, rlve=rlve.record(rlve.new_state(["a", "b"], 0.5, 1), "a",
+                                                      1, True))
+  assert from_json(to_json(with_rlve)) == with_rlve
   with pytest.raises(ValueError, match="lacks"):
     from_json({"step": 1})
 
@@ -220,3 +223,20 @@ def test_a_fixed_pool_is_sampled_per_step_without_replacement():
   assert baselines.sample_pool(cards[:2], 3, 0) == cards[:2]
   from spade_jax.sandbox import starters
   assert [n for n, _ in baselines.pool_programs("")] == sorted(starters.STARTERS)
+
+
+def test_rlve_instances_are_rendered_at_levels_from_each_window():
+  from spade_jax.sandbox import families
+  from spade_jax.selfplay import baselines
+  state = rlve.new_state(families.NAMES, tau_acc=0.5, tau_num=1, d_delta=2)
+  for _ in range(3):  # prime_factors promoted three times; d_delta = 2 keeps two levels
+    state = rlve.record(state, "prime_factors", rlve.windows(state)["prime_factors"][1], True)
+  assert rlve.windows(state)["prime_factors"] == (3, 4)
+  cards = baselines.rlve_cards(state, 14, step=3, seed=7)
+  assert [cd.env_id for cd in cards] == [cd.env_id for cd in baselines.rlve_cards(state, 14, 3, 7)]
+  names = [baselines.family_of(cd) for cd in cards]
+  assert set(names[:12]) == set(families.NAMES) and len(names) == 14  # every family, cycled
+  for cd, name in zip(cards, names):
+    lo, hi = rlve.windows(state)[name]
+    assert lo <= cd.level <= hi and cd.source == records.FAMILY and cd.step == 3
+    assert f"LEVEL = {cd.level}" in cd.code and cd.skill == families.skill(name)

@@ -23,9 +23,9 @@ from typing import Sequence
 
 import numpy as np
 
-from spade_jax.sandbox import starters
+from spade_jax.sandbox import families, starters
 from spade_jax.sandbox import validate as validate_lib
-from spade_jax.selfplay import records
+from spade_jax.selfplay import records, rlve
 
 METHODS = ("spade", "fixed_grpo", "fixed_rlve")
 
@@ -74,6 +74,25 @@ def admit_pool(pool, programs: Sequence[tuple[str, str]], validation: validate_l
     else:
       rejected.append(Rejected(name, v.check, v.reason))
   return cards, rejected
+
+
+def rlve_cards(state: rlve.State, n: int, step: int, seed: int) -> list[records.Card]:
+  """This step's `n` family instances: the families in a seeded order (cycled when `n` is
+  larger), each at a level drawn from its window, rendered as standalone programs."""
+  rng = np.random.default_rng(seed)
+  order = [state.names[i] for i in rng.permutation(len(state.names))]
+  cards = []
+  for i in range(n):
+    name = order[i % len(order)]
+    level = rlve.draw(state, name, rng)
+    cards.append(records.Card(f"rlve-{name}-L{level}-{i:02d}", families.skill(name),
+                              families.render(name, level), records.FAMILY, step, level=level))
+  return cards
+
+
+def family_of(card: records.Card) -> str:
+  """The family name of an `rlve_cards` card."""
+  return card.env_id[len("rlve-"):card.env_id.rindex("-L")]
 
 
 def sample_pool(cards: Sequence[records.Card], n: int, seed: int) -> list[records.Card]:

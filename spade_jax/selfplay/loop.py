@@ -34,6 +34,7 @@ from spade_jax import checkpoint as ckpt_lib
 from spade_jax import learner as learner_lib
 from spade_jax import loading, rl, sampling, sharding
 from spade_jax import tokenizer as tok_lib
+from spade_jax.sandbox import families
 from spade_jax.sandbox import pool as pool_lib
 from spade_jax.sandbox import starters
 from spade_jax.sandbox import validate as validate_lib
@@ -47,7 +48,7 @@ from spade_jax.selfplay import ledger
 from spade_jax.selfplay import memory as memory_lib
 from spade_jax.selfplay import outputs
 from spade_jax.selfplay import progress as progress_lib
-from spade_jax.selfplay import records, seeds
+from spade_jax.selfplay import records, rlve, seeds
 from spade_jax.selfplay import state as state_lib
 from spade_jax.selfplay.state import HostState
 
@@ -156,6 +157,11 @@ def run(c, workdir: str, log=None, progress: progress_lib.Progress | None = None
         host = dataclasses.replace(host, pool=tuple(
             dataclasses.replace(cd, step=t) for cd in baselines.sample_pool(
                 fixed_cards, c.envs_per_regen, seeds.derive(c.seed, t, seeds.POOL))))
+      elif c.method == "fixed_rlve":
+        controller = host.rlve or rlve.new_state(c.rlve.families or families.NAMES,
+                                                 c.rlve.tau_acc, c.rlve.tau_num, c.rlve.d_delta)
+        host = dataclasses.replace(host, rlve=controller, pool=tuple(baselines.rlve_cards(
+            controller, c.envs_per_regen, t, seeds.derive(c.seed, t, seeds.POOL))))
 
       # ---- regeneration: pay the last window, design, admit, hint, hinted plays
       if regen and c.method == "spade":
@@ -172,8 +178,14 @@ def run(c, workdir: str, log=None, progress: progress_lib.Progress | None = None
         timing = timing.add(h_time)
 
       # ---- unhinted plays of the whole pool (trained)
-      host, agent, more, p_time = play_pool(c, t, host, pool, params, plays, mcfg)
+      host, agent, more, p_time, won = play_pool(c, t, host, pool, params, plays, mcfg)
       row.update(more)
+      if host.rlve is not None:  # the wins move the difficulty windows
+        host = dataclasses.replace(host, rlve=rlve.record_many(host.rlve, [
+            (baselines.family_of(cd), cd.level, w) for cd in host.pool
+            for w in won.get(cd.env_id, [])]))
+        row.update(rlve.level_stats(host.rlve), rlve_levels_played=sorted(
+            cd.level for cd in host.pool))
       timing = timing.add(p_time)
       if t == c.total_steps - 1:
         host, more_paid, stats = pay_final_window(c, host, rcfg)
@@ -332,10 +344,10 @@ def open_window(c, t: int, host: HostState, regen: designer_lib.Regeneration, po
 
 
 def play_pool(c, t: int, host: HostState, pool, params, plays: Plays,
-              mcfg: memory_lib.MemoryConfig
-              ) -> tuple[HostState, list[records.Sample], dict[str, Any], episodes_lib.Timing]:
-  """The pool's unhinted plays: agent samples with their advantages, the window's returns, and
-  at a regeneration step the memory records of the new environments."""
+              mcfg: memory_lib.MemoryConfig):
+  """The pool's unhinted plays: (host state with the window's returns and, at a regeneration
+  step, the new environments' memory records; agent samples with their advantages; metrics;
+  timing; {env_id: [won, ...]} of the plays that ran)."""
   cards = host.pool
   groups = [episodes_lib.Group(cd.env_id, cd.code, seeds.derive(c.seed, t, seeds.RESET, i))
             for i, cd in enumerate(cards)]
@@ -343,8 +355,10 @@ def play_pool(c, t: int, host: HostState, pool, params, plays: Plays,
                       seeds.derive(c.seed, t, seeds.PLAYS), "unhinted plays")
   played = [e for e in eps if e.end != "start_failed"]
   by_env: dict[str, list[float]] = {}
+  won: dict[str, list[bool]] = {}
   for e in played:
     by_env.setdefault(groups[e.group].env_id, []).append(e.ret)
+    won.setdefault(groups[e.group].env_id, []).append(e.won)
   if host.window is not None:
     host = dataclasses.replace(host, window=ledger.record_unhinted(host.window, t, by_env))
   if t % c.k == 0:
@@ -363,7 +377,7 @@ def play_pool(c, t: int, host: HostState, pool, params, plays: Plays,
                starter_envs=sum(cd.source == records.STARTER for cd in cards),
                envs_start_failed=len({groups[e.group].env_id for e in eps
                                       if e.end == "start_failed"}))
-  return host, agent, stats, timing
+  return host, agent, stats, timing, won
 
 
 def remember(t: int, host: HostState, mcfg: memory_lib.MemoryConfig) -> HostState:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from spade_jax.selfplay import ledger, memory as memory_lib, records
+from spade_jax.selfplay import ledger, memory as memory_lib, records, rlve
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,21 +22,23 @@ class HostState:
   window: ledger.Window | None = None
   skill_emas: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
   corpus: Mapping[str, Any] | None = None  # the corpus iterator's state
+  rlve: rlve.State | None = None  # fixed_rlve: each family's difficulty window
 
 
 def to_json(h: HostState) -> dict[str, Any]:
   return {"step": h.step, "pool": [records.to_json(c) for c in h.pool],
           "memory": memory_lib.to_json(h.memory), "window": ledger.to_json(h.window),
           "skill_emas": {s: list(v) for s, v in h.skill_emas.items()},
-          "corpus": None if h.corpus is None else dict(h.corpus)}
+          "corpus": None if h.corpus is None else dict(h.corpus),
+          "rlve": None if h.rlve is None else rlve.to_json(h.rlve)}
 
 
 def from_json(d: Mapping[str, Any]) -> HostState:
-  missing = {"step", "pool", "memory", "window", "skill_emas", "corpus"} - set(d)
+  missing = {"step", "pool", "memory", "window", "skill_emas", "corpus", "rlve"} - set(d)
   if missing:
     raise ValueError(f"checkpoint host state lacks {sorted(missing)}: it was written by another "
                      "version of the loop")
   return HostState(int(d["step"]), tuple(records.card_from_json(c) for c in d["pool"]),
                    tuple(memory_lib.from_json(d["memory"])), ledger.from_json(d["window"]),
                    {s: (float(v[0]), float(v[1])) for s, v in d["skill_emas"].items()},
-                   d["corpus"])
+                   d["corpus"], None if d["rlve"] is None else rlve.from_json(d["rlve"]))
