@@ -113,6 +113,42 @@ def test_difficulty_grows_with_level(plays):
     assert by_level[1][0][0][0] != by_level[10][0][0][0], name
 
 
+def _repeat_wins(pool, cases, steps=30, batch=24):
+  """For each (code, seed, action): does sending the same action again and again win?"""
+  wins = []
+  for i in range(0, len(cases), batch):
+    chunk = cases[i:i + batch]
+    live = {r.episode: r.key for r in pool.start_many({k: Start(c, seed) for k, (c, seed, _) in
+                                                      enumerate(chunk, i)})}
+    for _ in range(steps):
+      if not live:
+        break
+      for r in list(pool.step_many({e: cases[k][2] for e, k in live.items()})):
+        if r.ok and r.terminated and r.reward > 0:
+          wins.append(live[r.episode])
+        if r.done:
+          del live[r.episode]
+    pool.end_many(list(live))
+  return wins
+
+
+def test_repeating_one_action_never_wins(pool, plays):
+  # Every distinct action of a winning play, sent every turn: a policy that found one good move
+  # and spams it must not win (admission's degenerate policies cannot know the good moves).
+  cases = []
+  for name, by_level in plays.items():
+    for level in (1, 5):
+      for seed, ((_, sol), _, _) in zip(SEEDS, by_level[level]):
+        cases += [(families.render(name, level), seed, a) for a in sorted(set(sol))]
+  for n in heldout.HELDOUT:
+    for seed in SEEDS:
+      (first,) = list(pool.start_many({0: Start(heldout.code(n), seed, solution=True)}))
+      pool.end_many([first.episode])
+      cases += [(heldout.code(n), seed, a) for a in sorted(set(first.solution))]
+  wins = _repeat_wins(pool, cases)
+  assert not wins, [(cases[k][1], cases[k][2], cases[k][0].splitlines()[0]) for k in wins]
+
+
 def test_levels_past_ten_still_play(pool):
   for name in families.NAMES:
     _, _, rs = _solve(pool, families.render(name, 40), 5)

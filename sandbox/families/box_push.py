@@ -2,7 +2,8 @@
 
 Level L: a room of side min(8, 4 + (L + 1) // 3) with about 1.5 L inner walls; the shortest
 solution takes 2-3 moves at level 1 and from L + 2 to L + 5 moves at higher levels (at most 16
-to 19), with at least 1 + L // 3 pushes. A winning play is a shortest solution.
+to 19), with at least 1 + L // 3 pushes, and never by repeating one move. A winning play is
+a shortest solution.
 """
 
 import random
@@ -75,6 +76,16 @@ class BoxPushEnv:
                     queue.append((q, c))
         return None
 
+    def _one_way(self):
+        """Whether repeating a single move gets the crate to the target."""
+        for m in MOVES:
+            player, box = self.player, self.box
+            for _ in range(self.size):
+                player, box, _ = self._move(player, box, m)
+                if box == self.target:
+                    return True
+        return False
+
     def reset(self, seed=None):
         rng = random.Random(seed)
         cells = [(r, c) for r in range(self.size) for c in range(self.size)]
@@ -84,6 +95,8 @@ class BoxPushEnv:
             free = [x for x in cells if x not in self.walls]
             self.player, self.box, self.target = rng.sample(free, 3)
             found = self._solve(self.player, self.box, self.hi)
+            if found and self._one_way():
+                continue
             if found and len(found[0]) >= self.lo and found[1] >= self.min_push:
                 break
             if found and (best is None or len(found[0]) > len(best[4])):

@@ -32,8 +32,9 @@ def _boxed(text):
 class EffectTrialsEnv:
     """A field's yield is a hidden baseline plus the hidden effect of each treatment applied.
     \\boxed{trial A C} grows a plot with treatments A and C (\\boxed{trial none}: none) and
-    reports its yield; \\boxed{effect A -3} states that applying A changes the yield by -3. State
-    every treatment's effect correctly to win; a wrong statement is refused."""
+    reports its yield; \\boxed{effect A -3} states that applying A changes the yield by -3, once A
+    has been in a trial. State every treatment's effect correctly to win; a wrong statement is
+    refused."""
 
     def __init__(self, max_turns=None):
         self.names = list(NAMES[:min(6, 1 + LEVEL // 2)])
@@ -50,7 +51,7 @@ class EffectTrialsEnv:
             size = rng.randint(low, self.span)
             self.effect[x] = size * rng.choice((1, -1))
         self.baseline = rng.randint(self.span + 5, self.span + 25)
-        self.known, self.turn = set(), 0
+        self.known, self.tried, self.turn = set(), set(), 0
         told = (f"With no treatment the yield is {self.baseline}." if self.baseline_shown
                 else "The yield with no treatment is not told.")
         which = (f"Treatments {', '.join(self.names)} each change" if len(self.names) > 1
@@ -60,7 +61,7 @@ class EffectTrialsEnv:
                f"\\boxed{{trial {pair}}} grows a plot with "
                f"treatment{'s' * (len(self.names) > 1)} {' and '.join(self.names[:2])} "
                "(\\boxed{trial none} with none) and reports its yield. \\boxed{effect A -3} states "
-               "that A changes the yield by -3. "
+               "that A changes the yield by -3 (only once A has been in a trial). "
                f"State every effect correctly to win. You have {self.max_turns} turns.")
         return obs, {"turn": 0}
 
@@ -72,6 +73,7 @@ class EffectTrialsEnv:
                 0 < len(words) - 1 <= len(self.names) and set(words[1:]) <= set(self.names)
                 and len(set(words[1:])) == len(words) - 1)):
             used = [w for w in words[1:] if w != "NONE"]
+            self.tried.update(used)
             yield_ = self.baseline + sum(self.effect[x] for x in used)
             msg = f"Trial with {', '.join(used) or 'no treatment'}: yield {yield_}."
         elif (len(words) == 3 and words[0] == "EFFECT" and words[1] in self.names
@@ -79,6 +81,8 @@ class EffectTrialsEnv:
             x, value = words[1], int(words[2])
             if x in self.known:
                 msg = f"The effect of {x} is already known: {self.effect[x]:+d}."
+            elif x not in self.tried:
+                msg = f"Run a trial with {x} before stating its effect."
             elif value != self.effect[x]:
                 msg = f"No, {x} does not change the yield by {value:+d}."
             else:
@@ -96,5 +100,5 @@ class EffectTrialsEnv:
     def solution(self):
         left = [x for x in self.names if x not in self.known]
         trials = [] if self.baseline_shown else ["\\boxed{trial none}"]
-        trials += [f"\\boxed{{trial {x}}}" for x in left]
+        trials += [f"\\boxed{{trial {x}}}" for x in left]  # (again, if tried already: harmless)
         return trials + [f"\\boxed{{effect {x} {self.effect[x]}}}" for x in left]

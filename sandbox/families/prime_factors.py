@@ -1,8 +1,8 @@
 """Mathematical_Reasoning: factor a number completely, one prime at a time.
 
-Level L: the number is a product of L + 1 primes (repeats allowed, at most 16) drawn from the
-first L + 2 primes (at most 15): level 1 multiplies two of 2, 3, 5; level 10 eleven of the
-primes up to 37. A winning play names every prime factor once per occurrence (L + 1 turns).
+Level L: the number is a product of L + 1 primes (repeats allowed, at most 16; at least two
+different) drawn from the first L + 2 primes (at most 15): level 1 multiplies two different
+ones of 2, 3, 5; level 10 eleven of the primes up to 37. A winning play names every prime factor once per occurrence (L + 1 turns).
 """
 
 import random
@@ -38,9 +38,13 @@ class PrimeFactorsEnv:
 
     def reset(self, seed=None):
         rng = random.Random(seed)
+        while True:  # two different primes at least: repeating one prime never wins
+            factors = [rng.choice(self.primes) for _ in range(self.n_factors)]
+            if len(set(factors)) > 1:
+                break
         self.number = 1
-        for _ in range(self.n_factors):
-            self.number *= rng.choice(self.primes)
+        for p in factors:
+            self.number *= p
         self.value, self.found, self.turn = self.number, [], 0
         obs = (f"Factor N = {self.number} into primes.\n"
                "Each turn, name one prime that divides the current number, e.g. \\boxed{2}; the "

@@ -2,7 +2,8 @@
 
 Level L: a grid of side min(9, 4 + L // 2) with about 2L walls (none at level 1); the shortest
 program (turns count as actions) takes exactly 2 actions at level 1 and from L + 1 to L + 4
-actions at higher levels (at most 15 to 18). A winning play is a shortest program.
+actions at higher levels (at most 15 to 18), and always turns at least once. A winning play
+is a shortest program.
 """
 
 import random
@@ -78,6 +79,8 @@ class RobotHeadingEnv:
             start, self.goal = rng.sample(free, 2)
             self.state = (start[0], start[1], rng.choice(HEADINGS))
             prog = self._program(self.state)
+            if prog and set(prog) == {"forward"}:  # driving straight (repeating one action) wins
+                continue
             if prog and self.lo <= len(prog) <= self.hi:
                 break
             if prog and (best is None or abs(len(prog) - self.lo) < abs(len(best[3]) - self.lo)):

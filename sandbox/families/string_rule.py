@@ -69,7 +69,8 @@ class StringRuleEnv:
         while True:
             rule = tuple(rng.randrange(len(self.ops)) for _ in range(self.depth))
             words = ["".join(rng.choice(LETTERS) for _ in range(self.length)) for _ in range(10)]
-            if len(set(words)) < 10 or any(self._apply(rule, w) == w for w in words):
+            outs = [self._apply(rule, w) for w in words]
+            if len(set(words)) < 10 or len(set(outs)) < 10 or any(o == w for o, w in zip(outs, words)):
                 continue
             queries, examples = words[:self.n_queries], []
             consistent = self.rules

@@ -31,7 +31,11 @@ class MeetingPointEnv:
 
     def reset(self, seed=None):
         rng = random.Random(seed)
-        self.rounds = [sorted(rng.sample(range(1, 41), rng.choice((3, 5, 5, 6)))) for _ in range(self.ROUNDS)]
+        while True:  # no one spot is best in every round, so repeating it does not win
+            self.rounds = [sorted(rng.sample(range(1, 41), rng.choice((3, 5, 5, 6)))) for _ in range(self.ROUNDS)]
+            common = set.intersection(*(self._best_spots(houses) for houses in self.rounds))
+            if not common:
+                break
         self.round, self.turn = 0, 0
         obs = ("Three rounds. Friends live along a straight street; house k is at position k. Choose "
                "the house number where they meet so that the total walking distance of all friends "
@@ -41,6 +45,11 @@ class MeetingPointEnv:
 
     def _render(self):
         return f"Round {self.round + 1}: friends at houses {', '.join(map(str, self.rounds[self.round]))}."
+
+    @staticmethod
+    def _best_spots(houses):
+        walks = {s: sum(abs(h - s) for h in houses) for s in range(1, 41)}
+        return {s for s, w in walks.items() if w == min(walks.values())}
 
     def _walk(self, spot):
         return sum(abs(h - spot) for h in self.rounds[self.round])

@@ -58,7 +58,10 @@ class OddOneOutEnv:
 
     def reset(self, seed=None):
         rng = random.Random(seed)
-        self.rounds = [self._round(rng) for _ in range(self.ROUNDS)]
+        while True:  # not one answer for every round, so repeating it does not win
+            self.rounds = [self._round(rng) for _ in range(self.ROUNDS)]
+            if len({odd for _, odd, _ in self.rounds}) > 1:
+                break
         self.round, self.turn = 0, 0
         obs = ("Three rounds. In each, four of the five numbers share a property and one does not. "
                "Name the odd one out inside \\boxed{...}, e.g. \\boxed{12}.\n"

@@ -33,11 +33,14 @@ class PalindromeFillEnv:
     def reset(self, seed=None):
         rng = random.Random(seed)
         n = rng.choice((7, 9))
-        half = [rng.choice(LETTERS) for _ in range(n // 2)]
-        self.word = half + [rng.choice(LETTERS)] + half[::-1]
-        # One gap per mirrored pair, never the middle, so each gap's mirror is visible.
-        pairs = rng.sample(range(n // 2), self.GAPS)
-        self.gaps = sorted(i if rng.random() < 0.5 else n - 1 - i for i in pairs)
+        while True:  # the gaps hold at least two different letters: one letter repeated fails
+            half = [rng.choice(LETTERS) for _ in range(n // 2)]
+            self.word = half + [rng.choice(LETTERS)] + half[::-1]
+            # One gap per mirrored pair, never the middle, so each gap's mirror is visible.
+            pairs = rng.sample(range(n // 2), self.GAPS)
+            self.gaps = sorted(i if rng.random() < 0.5 else n - 1 - i for i in pairs)
+            if len({self.word[i] for i in self.gaps}) > 1:
+                break
         self.filled, self.turn = 0, 0
         obs = ("This row of letters reads the same from left to right as from right to left, but "
                f"{self.GAPS} letters are missing (_):\n  {self._render()}\n"

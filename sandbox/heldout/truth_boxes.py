@@ -52,7 +52,10 @@ class TruthBoxesEnv:
 
     def reset(self, seed=None):
         rng = random.Random(seed)
-        self.puzzles = [self._puzzle(rng) for _ in range(self.ROUNDS)]
+        while True:  # not the same box every round, so repeating one answer does not win
+            self.puzzles = [self._puzzle(rng) for _ in range(self.ROUNDS)]
+            if len({gold for _, gold in self.puzzles}) > 1:
+                break
         self.round, self.turn = 0, 0
         obs = ("Three rounds. In each, four boxes carry labels; exactly one label is true, and exactly "
                "one box holds the gold. Open the box with the gold with \\boxed{N} (N from 1 to 4).\n"
