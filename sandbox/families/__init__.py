@@ -9,7 +9,9 @@ actions, and a `solution()` from the current reset. The file's single `LEVEL = 1
 only parameter: `render(name, level)` returns the program with that line set to `level`, so an
 instance is plain program text that goes through the sandbox and admission exactly as designer
 output does. Every level from 1 up is valid; what a level changes is said in each file's
-docstring, and most parameters stop growing a little past level 10.
+docstring, and most parameters stop growing a little past level 10. Level 1 is won in two or
+three turns with small numbers; from level 2 every win takes at least three. No instance is
+won by repeating one action, and admission's degenerate policies win none.
 
   family             skill                   a level adds
   prime_factors      Mathematical_Reasoning  prime factors (L + 1) and larger primes

@@ -2,7 +2,8 @@
 
 Level L: the number is a product of L + 1 primes (repeats allowed, at most 16; at least two
 different) drawn from the first L + 2 primes (at most 15): level 1 multiplies two different
-ones of 2, 3, 5; level 10 eleven of the primes up to 37. A winning play names every prime factor once per occurrence (L + 1 turns).
+ones of 2, 3, 5; level 10 eleven of the primes up to 37. A winning play names every prime
+factor once per occurrence (L + 1 turns).
 """
 
 import random
