@@ -6,8 +6,8 @@ A benchmark is a `Benchmark` value: `load(ctx)` returns its items (each a dict w
 through each episode and yields (item, sample index, completion). Completions are whatever the
 benchmark saves and re-grades: a string, for tool use the responses of every step of every turn,
 for environment suites the episode record. A `self_contained` benchmark's completions carry all
-that grading needs, so re-scoring them loads no data. `Unavailable` means "this benchmark cannot run here" (data file absent, sandbox missing)
-and becomes an "unavailable" row, never a crash.
+that grading needs, so re-scoring them loads no data. `Unavailable` means "this benchmark cannot
+run here" (data file absent, sandbox missing) and becomes an "unavailable" row, never a crash.
 """
 
 from __future__ import annotations

@@ -134,9 +134,15 @@ def test_oracle_names_environments_without_a_solution(tmp_path):
   assert envs.evaluate("empty", None, str(d), "smoke")["score"] == 0.0
 
 
-def test_empty_wins_nothing():
-  row = envs.evaluate("empty", None, starters.DIR, "smoke", overrides={"max_turns": 4})
-  assert row["status"] == "ok" and row["score"] == 0.0 and row["n"] == 2 * len(starters.STARTERS)
+def test_empty_wins_nothing_and_a_shared_pool_stays_open():
+  from spade_jax.sandbox.pool import Pool
+
+  with Pool(workers=1) as pool:
+    row = envs.evaluate("empty", None, starters.DIR, "smoke", overrides={"max_turns": 4},
+                        pool=pool)
+    assert row["status"] == "ok" and row["score"] == 0.0
+    assert row["n"] == 2 * len(starters.STARTERS)
+    assert envs.evaluate("oracle", None, starters.DIR, "smoke", pool=pool)["score"] == 1.0
 
 
 def test_a_missing_or_empty_directory_is_a_clear_error(tmp_path, capsys):
