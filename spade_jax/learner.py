@@ -23,6 +23,17 @@ scored from the logits at t - 1, so loss_mask_BT[:, 0] must be 0):
   experts_BTLk int (a MoE model with `routing_replay` only: the experts the sampler routed each
   token to, [B, T, sparse layers, k], -1 where it did not; `rl.routing_replay` builds a row).
 
+Objectives (`LearnerConfig.objective`): "grpo", the policy loss above, and "sft", supervised
+fine-tuning (the warm start, `spade_jax.sft`): cross-entropy on the masked tokens through the
+same scoring path (chunked log-probs, hand-written backward, shared prefixes, micro-batches),
+
+  loss = sum_i [sum_t mask * -logp / sum_t mask] / n_samples,
+
+the mean over samples of each sample's token-mean negative log-likelihood: the GRPO loss's own
+reduction, so micro-batches add up to the full batch the same way, and a long sample (a designer
+program) weighs as much as a short one (an agent episode). An SFT batch needs only tokens_BT,
+loss_mask_BT and temperature_B (1.0: the model's own distribution).
+
 A mixture-of-experts model runs its expert block under autodiff (the dense layers keep their
 hand-written backward pieces). With `routing_replay` the learner routes each token to the
 experts the sampler chose, taking only their weights from its own router, so the ratio compares
@@ -46,6 +57,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from spade_jax import logprobs, prefix, rl, sharding
 from spade_jax import model as model_lib
 from spade_jax import moe as moe_lib
+
+
+OBJECTIVES = ("grpo", "sft")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +86,17 @@ class LearnerConfig:
   routing_replay: bool = False  # MoE: route as the sampler did (batch field experts_BTLk)
   router_aux_coef: float = 0.0  # MoE: weight of the load-balancing loss
   moe_impl: str = "auto"  # MoE: the grouped matmul (`moe.IMPLS`)
+  objective: str = "grpo"  # one of OBJECTIVES: the policy loss, or cross-entropy (warm start)
 
   def __post_init__(self):
+    if self.objective not in OBJECTIVES:
+      raise ValueError(f"invalid LearnerConfig: objective {self.objective!r} is not one of "
+                       f"{OBJECTIVES}")
+    if self.objective == "sft" and (self.kl_beta or self.minibatches != 1 or
+                                    self.routing_replay):
+      raise ValueError("invalid LearnerConfig: objective 'sft' takes no KL term, one optimizer "
+                       f"step per batch and no routing replay (kl_beta={self.kl_beta}, "
+                       f"minibatches={self.minibatches}, routing_replay={self.routing_replay})")
     if self.minibatches < 1 or self.micro_batch < 0 or self.chunk < 1:
       raise ValueError(f"invalid LearnerConfig: minibatches={self.minibatches}, "
                        f"micro_batch={self.micro_batch}, chunk={self.chunk}")
@@ -184,17 +207,58 @@ def loss_fn(params, mb, n_samples, mcfg: model_lib.ModelConfig, cfg: LearnerConf
   and `share` is the micro-batch's fraction of it (the load-balancing loss is the mean of the
   micro-batches' losses, as transformers computes it per forward pass)."""
   logp, ent, router = _score(params, mb, mcfg, cfg.chunk, cfg.remat, cfg.entropy, dispatch)
+  if cfg.objective == "sft":
+    loss, stats = sft_loss(logp, mb["loss_mask_BT"], n_samples, ent)
+    return _with_router_aux(loss, stats, router, cfg, share)
   logp_old = mb["logp_old_BT"] if "logp_old_BT" in mb else jax.lax.stop_gradient(logp)
   loss, stats = rl.policy_loss(logp, logp_old, mb["logp_behaviour_BT"], mb["advantages_B"],
                                mb["loss_mask_BT"], n_samples, eps_low=cfg.eps_low,
                                eps_high=cfg.eps_high, tis_cap=cfg.tis_cap, kl_beta=cfg.kl_beta,
                                logp_ref_BT=mb.get("logp_ref_BT"), kl_clamp=cfg.kl_clamp,
                                entropy_BT=ent)
+  return _with_router_aux(loss, stats, router, cfg, share)
+
+
+def _with_router_aux(loss, stats, router, cfg: LearnerConfig, share: float):
   if router is not None and cfg.router_aux_coef:
     aux = share * moe_lib.aux_loss(router)
     loss = loss + cfg.router_aux_coef * aux
     stats = dict(stats, router_aux_loss=jax.lax.stop_gradient(aux))
   return loss, stats
+
+
+def sft_loss(logp_BT, mask_BT, n_samples, entropy_BT=None):
+  """Cross-entropy of the masked tokens: sum_i [sum_t mask * -logp / sum_t mask] / n_samples.
+
+  `n_samples` counts the samples with a non-empty mask in the WHOLE batch (as in
+  `rl.policy_loss`), so micro-batch losses add up to the full-batch loss; empty rows add 0.
+  Returns (loss, stats), stats additive sums over this micro-batch (`finalize_sft_stats`).
+  """
+  mask = mask_BT.astype(jnp.float32)
+  n_tok_B = mask.sum(axis=1)
+  row_w_B = jnp.where(n_tok_B > 0, 1.0 / jnp.maximum(n_tok_B, 1.0), 0.0) / n_samples
+  on = mask > 0
+  nll = jnp.where(on, -logp_BT, 0.0)  # masked positions may hold anything: never multiplied
+  loss = jnp.sum(nll * row_w_B[:, None])
+  sg = jax.lax.stop_gradient
+  confident = on & (sg(logp_BT) > -np.log(2.0))
+  stats = dict(tokens=mask.sum(), samples=jnp.sum(n_tok_B > 0).astype(jnp.float32),
+               nll_sum=sg(jnp.sum(nll)), confident_sum=jnp.sum(confident).astype(jnp.float32))
+  if entropy_BT is not None:
+    stats["entropy_sum"] = jnp.sum(sg(entropy_BT) * mask)
+  return loss, stats
+
+
+def finalize_sft_stats(stats: Mapping[str, jax.Array]) -> dict:
+  """Whole-batch SFT metrics: the token-mean NLL, the fraction of tokens given p > 1/2 (the
+  token is then surely the argmax), the entropy."""
+  tok = jnp.maximum(stats["tokens"], 1.0)
+  out = {"tokens": stats["tokens"], "samples": stats["samples"],
+         "nll_token_mean": stats["nll_sum"] / tok,
+         "p_above_half_frac": stats["confident_sum"] / tok}
+  if "entropy_sum" in stats:
+    out["entropy_mean"] = stats["entropy_sum"] / tok
+  return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,7 +314,8 @@ def _update(state: TrainState, batch, mcfg, cfg, tx, micro, batch_layout, dispat
   # select would be one more pass over both).
   params, opt_state = jax.lax.cond(ok, apply, lambda p, o: (p, o), state.params, state.opt_state)
   new = TrainState(state.step + ok.astype(jnp.int32), params, opt_state, state.rng)
-  metrics = dict(rl.finalize_stats(stats), loss=loss, grad_norm=grad_norm,
+  finalize = finalize_sft_stats if cfg.objective == "sft" else rl.finalize_stats
+  metrics = dict(finalize(stats), loss=loss, grad_norm=grad_norm,
                  skipped=1.0 - ok.astype(jnp.float32))
   if "router_aux_loss" in stats:
     metrics["router_aux_loss"] = stats["router_aux_loss"]
@@ -294,6 +359,8 @@ class Learner(NamedTuple):
 
 
 def batch_fields(cfg: LearnerConfig) -> tuple[str, ...]:
+  if cfg.objective == "sft":
+    return ("tokens_BT", "loss_mask_BT", "temperature_B")
   fields = ("tokens_BT", "loss_mask_BT", "advantages_B", "logp_behaviour_BT", "temperature_B")
   return fields + (("logp_ref_BT",) if cfg.kl_beta != 0.0 else ())
 
@@ -336,7 +403,7 @@ def validate_batch(batch: Mapping[str, Any], cfg: LearnerConfig, n_batch_shards:
     raise ValueError("loss_mask_BT[:, 0] must be 0: the first token has no prediction")
   if not np.any(mask.sum(axis=1) > 0):
     raise ValueError("every loss mask in the batch is empty: nothing to train on")
-  if not np.all(np.isfinite(np.asarray(batch["advantages_B"]))):
+  if "advantages_B" in batch and not np.all(np.isfinite(np.asarray(batch["advantages_B"]))):
     raise ValueError("advantages_B has non-finite values")
   on = mask > 0
   for k in ("logp_behaviour_BT", "logp_ref_BT"):

@@ -1,0 +1,209 @@
+"""Warm start by supervised fine-tuning: `python -m spade_jax.sft --config=configs/sft.py:local
+--workdir=DIR [--config.KEY=VALUE ...]`. Rerunning the same command on the same workdir resumes
+from the last checkpoint; a finished run is not rerun. `DIR/checkpoints` is then a model SPEC
+(`python -m spade_jax.train --config.model=DIR/checkpoints`).
+
+The data (`sft_data`): environments played in the sandbox with their own solutions, rendered as
+the self-play agent's episodes, and designer prompts answered with complete programs. The model,
+sharding, optimizer and checkpoints are the self-play learner's; only its objective differs
+(`LearnerConfig.objective = "sft"`: the mean over samples of each sample's token-mean negative
+log-likelihood of its assistant tokens, through the learner's own scoring path).
+
+Library use (what a self-play job calls to start from a cached warm start):
+
+    spec = sft.ensure(sft.config("configs/sft.py:local"), "/tmp/spade_local/warm_start")
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from typing import Sequence
+
+import ml_collections
+
+from spade_jax import cli
+from spade_jax import config as config_lib
+from spade_jax import hostmem
+from spade_jax import train as train_cli
+
+PROG = "python -m spade_jax.sft"
+DEFAULT_CONFIG = config_lib.shipped("sft.py")
+DONE = "warm_start.json"  # written once the last checkpoint is on disk
+
+
+def validate(c: ml_collections.ConfigDict) -> None:
+  """Every problem with the config, in one error, before anything is loaded."""
+  from spade_jax import sft_data
+  from spade_jax.sandbox import pool as sandbox_pool
+
+  p = []
+  if not c.model:
+    p.append("model is empty: pass --config.model=/path/to/hf_dir (or an embedded name)")
+  if c.model.startswith("random:") and not c.tokenizer:
+    p.append(f"model {c.model!r} has no tokenizer: pass --config.tokenizer=SPEC")
+  d = c.data
+  if not (d.starters or d.families or d.dirs):
+    p.append("data: no source (starters, families and dirs are all off)")
+  for name in ("seeds_per_env", "max_turns", "max_len", "designer_max_len", "min_turns"):
+    if d[name] <= 0:
+      p.append(f"data.{name} must be positive, got {d[name]}")
+  if any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in d.levels):
+    p.append(f"data.levels must be ints >= 1, got {d.levels}")
+  if not 0 <= d.designer_share < 1:
+    p.append(f"data.designer_share must lie in [0, 1), got {d.designer_share}")
+  if d.designer_memory not in sft_data.MEMORY_MODES:
+    p.append(f"data.designer_memory {d.designer_memory!r} is not one of "
+             f"{sft_data.MEMORY_MODES}")
+  try:
+    ok = d.reasoning.count("{action}") == 1 and d.reasoning.format(action="x")
+  except (KeyError, IndexError, ValueError):
+    ok = False
+  if not ok:
+    p.append(f"data.reasoning {d.reasoning!r} must name {{action}} once and nothing else")
+  p += sft_data.check_dirs(d.dirs)
+  if c.corpus.path and not os.path.exists(c.corpus.path):
+    p.append(f"corpus.path {c.corpus.path!r} does not exist")
+  if d.designer_share and not c.corpus.path and not c.corpus.builtin:
+    p.append("corpus: designer examples need documents: --config.corpus.path=DOCS.jsonl or "
+             "--config.corpus.builtin=true (or --config.data.designer_share=0)")
+  if c.corpus.path and c.corpus.builtin:
+    p.append("corpus: path and builtin=true both given; choose one")
+  for name in ("epochs", "batch", "length_multiple", "checkpoint_every", "keep_checkpoints"):
+    if c[name] <= 0:
+      p.append(f"{name} must be positive, got {c[name]}")
+  o = c.optim
+  if o.lr <= 0 or o.micro_batch < 0 or o.chunk <= 0:
+    p.append("optim: lr and chunk must be > 0 and micro_batch >= 0")
+  if o.micro_batch and c.batch % o.micro_batch:
+    p.append(f"batch {c.batch} is not a multiple of optim.micro_batch {o.micro_batch}")
+  if c.env.workers <= 0 or c.env.memory_mb <= 0 or c.env.step_timeout_s <= 0:
+    p.append("env: workers, memory_mb and step_timeout_s must be positive")
+  unknown = set(c.env.require) - set(sandbox_pool.PROTECTIONS)
+  if unknown:
+    p.append(f"env.require: unknown protections {sorted(unknown)}; known: "
+             f"{sandbox_pool.PROTECTIONS}")
+  if p:
+    raise ValueError("invalid config:\n  - " + "\n  - ".join(p))
+  config_lib.validate_mesh(c)
+
+
+def parser(spec: str = DEFAULT_CONFIG) -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(
+      prog=PROG, description=__doc__.split("\n\n")[0], allow_abbrev=False,
+      epilog=f"{train_cli._presets_text(spec)}\n\n{cli.ALIAS_NOTE}",
+      formatter_class=argparse.RawDescriptionHelpFormatter)
+  config_lib.add_help(p, "configs/sft.py, preset local", "FILE[:PRESET]")
+  p.add_argument("--workdir", metavar="DIR",
+                 help="the run's directory (metrics, data summary, checkpoints), created if "
+                 "missing; rerunning the same command on it resumes, a finished run is kept")
+  p.add_argument("--print_config", action="store_true",
+                 help="print the resolved config (preset and overrides applied, validated) and "
+                 "exit without loading anything")
+  return p
+
+
+def parse(argv: Sequence[str]) -> tuple[ml_collections.ConfigDict, argparse.Namespace]:
+  spec, assignments, rest = config_lib.split_argv(cli.underscored(argv), DEFAULT_CONFIG)
+  p = parser(spec)
+  args = p.parse_args(rest)
+  if not args.workdir and not args.print_config:
+    p.error("--workdir is required")
+  c = config_lib.build(spec, assignments)
+  validate(c)
+  return c, args
+
+
+def config(spec: str = "configs/sft.py:local", overrides: Sequence[str] = ()
+           ) -> ml_collections.ConfigDict:
+  """The validated config of `spec` with ['KEY=VALUE', ...] applied (library callers)."""
+  c = config_lib.build(spec, overrides)
+  validate(c)
+  return c
+
+
+def digest(c: ml_collections.ConfigDict) -> str:
+  """Names the config a warm start was made with (its printed form)."""
+  return hashlib.sha256(str(c).encode()).hexdigest()[:16]
+
+
+def finished(workdir: str) -> dict | None:
+  """The summary of a finished warm start in `workdir`, else None (nothing is loaded)."""
+  path = os.path.join(workdir, DONE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def ensure(c: ml_collections.ConfigDict, workdir: str, progress=None) -> str:
+  """The model SPEC of config `c`'s warm start in `workdir`: made (or resumed) on first use,
+  taken as it is once finished. A finished one made with another config is an error."""
+  done = finished(workdir)
+  if done is None:
+    from spade_jax import sft_loop
+
+    done = sft_loop.run(c, workdir, progress)
+  elif done["config_digest"] != digest(c):
+    raise ValueError(f"{workdir} holds a warm start made with another config (digest "
+                     f"{done['config_digest']}, this one {digest(c)}); remove it or pick "
+                     "another directory")
+  elif progress is not None:
+    progress.line(f"warm start: {done['spec']} (cached: {done['steps']} steps, made in "
+                  f"{done['time_s']:.0f} s)")
+  return done["spec"]
+
+
+def _main(argv: Sequence[str]) -> None:
+  try:
+    c, args = parse(argv)
+    if args.print_config:
+      print(c)
+      return
+    hostmem.retain_freed_memory()
+    created = train_cli.check_workdir(args.workdir)
+    train_cli.check_model(c)
+    done = finished(args.workdir)
+    if done is not None and done["config_digest"] != digest(c):
+      raise ValueError(f"workdir {args.workdir!r} holds a finished warm start made with "
+                       "another config; remove it or pick another --workdir")
+  except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
+    train_cli._fail(e)
+  if done is not None:
+    print(f"spade_jax.sft: {args.workdir} is finished ({done['steps']} steps); model SPEC "
+          f"{done['spec']}", file=sys.stderr)
+    print(done["spec"])
+    return
+  print(f"spade_jax.sft: model {c.model}, workdir {args.workdir}", file=sys.stderr, flush=True)
+  from spade_jax import sharding
+  from spade_jax.convert import CheckpointError
+
+  sharding.initialize_distributed()
+  t0 = time.perf_counter()
+  try:
+    from spade_jax import sft_loop
+
+    done = sft_loop.run(c, args.workdir)
+  except BaseException as e:
+    train_cli.remove_if_empty(args.workdir, created)
+    from spade_jax.sft_data import DataError
+
+    if isinstance(e, (CheckpointError, OSError, DataError)) and not isinstance(
+        e, BrokenPipeError):
+      train_cli._fail(e)
+    raise
+  print(f"spade_jax.sft: done in {time.perf_counter() - t0:.0f} s; model SPEC {done['spec']}",
+        file=sys.stderr)
+  print(done["spec"])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  cli.quiet_broken_pipe(_main, sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+  main()
