@@ -12,8 +12,8 @@ sooner), `Sampling.max_new_tokens` per turn and `Protocol.context` tokens per ep
 by the model's context). Episode k of file F resets with seed `reset_seed(run seed, F, k)`, so
 two models evaluated separately play the same instances.
 
-Win: the episode's own `Episode.won` — terminated with a final reward of at least 1.0 (the
-self-play win rate; a terminating partial reward such as 0.4 is a return, not a win). Score: the
+Win: the episode's own `Episode.won` (`episodes.won`): terminated with a positive final reward,
+the self-play win rate's rule. Score: the
 win rate, problems = environments. A program that cannot be read, compiled or reset gives one
 sample per episode with its error (`error`, and `end` "start_failed"), each a loss.
 
@@ -273,7 +273,9 @@ def _play_agent(eps, agent: Agent, proto: Protocol, ctx: Context, gen=None) -> I
 
 def won(reply) -> bool:
   """`selfplay.episodes`' win rule, for the check players (which play without that loop)."""
-  return reply.ok and reply.terminated and reply.reward >= 1.0
+  from spade_jax.selfplay import episodes
+
+  return episodes.won(reply.status, reply.reward, reply.terminated)
 
 
 @dataclasses.dataclass

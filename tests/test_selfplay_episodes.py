@@ -94,7 +94,10 @@ def test_a_win_is_the_terminal_reward_and_partial_credit_counts(tok):
   eps, _ = _play(tok, [(0.0, False, False), (1.0, True, False)])
   assert [(e.end, e.ret, e.won) for e in eps] == [("terminated", 1.0, True)] * 2
   eps, _ = _play(tok, [(0.4, True, False)])
-  assert [(e.end, e.ret, e.won) for e in eps] == [("terminated", 0.4, False)] * 2
+  # Terminated at its goal with a positive reward is a win (the return keeps the partial 0.4).
+  assert [(e.end, e.ret, e.won) for e in eps] == [("terminated", 0.4, True)] * 2
+  eps, _ = _play(tok, [(0.0, True, False)])  # terminated at 0: not a win
+  assert [(e.end, e.ret, e.won) for e in eps] == [("terminated", 0.0, False)] * 2
 
 
 def test_the_transcript_masks_exactly_the_sampled_tokens(tok):
@@ -104,6 +107,21 @@ def test_the_transcript_masks_exactly_the_sampled_tokens(tok):
   assert sum(t.mask) == 2 * len(action) and len(t.tokens) == len(t.mask) == len(t.logp)
   assert all((lp == -0.5) == bool(m) for lp, m in zip(t.logp, t.mask))
   assert t.mask[0] == 0 and t.tokens[-len(action):] == tuple(action)
+
+
+def test_a_first_observation_with_no_room_for_a_turn_ends_its_plays_not_the_batch(tok):
+  pool = ScriptedPool([(1.0, True, False)])
+  pool.start_many = lambda starts: iter(
+      [Reply(k, i + 1, Status.OK, observation=("word " * 3000 if k[0] == 0 else "Go."))
+       for i, k in enumerate(starts)])
+  pool.turn = {i: 0 for i in range(1, 5)}
+  sampler = ScriptedSampler(tok_lib.encode(tok, "\\boxed{3}"))
+  groups = [episodes.Group("long", "code", 1), episodes.Group("short", "code", 2)]
+  eps, _ = episodes.play(pool, sampler, None, tok, groups, 2, sampling.Settings(max_new_tokens=8),
+                         episodes.Limits(5, 1024), seed=0)
+  assert [(e.group, e.end, e.ret) for e in eps] == [(0, "context", 0.0)] * 2 + [
+      (1, "terminated", 1.0)] * 2
+  assert {1, 2} <= pool.ended  # the long instance's sandbox episodes were ended
 
 
 def test_an_instance_that_fails_to_start_is_dropped_whole(tok):

@@ -79,6 +79,13 @@ def _encodable(text: str) -> bool:
   return True
 
 
+def won(status: Status, reward: float, terminated: bool) -> bool:
+  """A win: the environment ended the episode at its goal (terminated) with a positive final
+  reward, as admission's own check has it. The one rule for the agent's win rate, the held-out
+  environment benchmarks and RLVE's accuracy."""
+  return status is Status.OK and terminated and reward > 0
+
+
 def outcome(status: Status, reward: float, terminated: bool) -> float:
   if status is not Status.OK:
     return -1.0
@@ -153,7 +160,15 @@ def _play(pool, sampler, params, tokenizer, groups, plays, settings, limits, see
     for p in range(plays):
       idx = g * plays + p
       episodes[idx].end = episodes[idx].end or "start_failed"
-  ph.update(sum(e.end == "start_failed" for e in episodes))
+  # A first prompt (instruction + first observation) with no room for a turn ends its plays
+  # at once, at return 0, like an episode that outgrew its context later.
+  start = {g: tok_lib.start(tokenizer, prompts.agent_first_turn(first[g], groups[g].hint))
+           for g in good}
+  for g in [g for g in good if len(start[g]) + settings.max_new_tokens > limits.context]:
+    good.remove(g)
+    for p in range(plays):
+      episodes[g * plays + p].end = "context"
+  ph.update(sum(e.end in ("start_failed", "context") for e in episodes))
   pool.end_many([sandbox_ids.pop(i) for i in list(sandbox_ids) if i // plays not in good])
 
   cohorts = [c for c in (_Cohort(good[0::2], plays), _Cohort(good[1::2], plays)) if c.group_ids]
@@ -169,10 +184,9 @@ def _play(pool, sampler, params, tokenizer, groups, plays, settings, limits, see
     if cohort.conv is None:
       prompts_ = []
       for g in cohort.group_ids:
-        start = tok_lib.start(tokenizer, prompts.agent_first_turn(first[g], groups[g].hint))
-        prompts_.append(list(start.tokens))
+        prompts_.append(list(start[g].tokens))
         for p in range(plays):
-          episodes[g * plays + p].transcript = start
+          episodes[g * plays + p].transcript = start[g]
       with progress.compiling("sampler (agent first turn)"):
         cohort.conv, out = sampler.start(params, prompts_, settings,
                                          seeds.derive(seed, step_seed), num_samples=plays)
@@ -225,7 +239,7 @@ def _play(pool, sampler, params, tokenizer, groups, plays, settings, limits, see
         if r.done:  # the environment ended it (goal, its own turn limit) or it failed
           how = "crash" if not r.ok else "terminated" if r.terminated else "truncated"
           finish(e, how, outcome(r.status, r.reward, r.terminated), r.status.value)
-          e.won = r.ok and r.terminated and r.reward >= 1.0
+          e.won = won(r.status, r.reward, r.terminated)
         elif e.turns >= limits.max_turns:
           finish(e, "max_turns", 0.0)
           ended.append(sid)
