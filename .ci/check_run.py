@@ -1,7 +1,7 @@
 """Checks a finished main-job workdir: `python .ci/check_run.py WORKDIR STEPS`.
 
-The run must have left one metrics row per step, a report.md, and at least one PNG plot that
-report.md shows, each a real PNG file.
+The run must have left one metrics row per step, a report.md that names the warm start the run
+began from, and at least one PNG plot that report.md shows, each a real PNG file.
 """
 
 import json
@@ -15,6 +15,7 @@ with open(os.path.join(workdir, "metrics.jsonl")) as f:
 assert [r["step"] for r in rows] == list(range(steps)), f"metrics steps {[r['step'] for r in rows]}"
 with open(os.path.join(workdir, "report.md")) as f:
   report = f.read()
+assert "- warm start: " in report, "report.md names no warm start"
 images = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", report)
 assert images, "report.md shows no PNG"
 for rel in images:

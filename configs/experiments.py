@@ -55,12 +55,17 @@ def get_config(arg=None):
   # Held-out evaluation of every final checkpoint: eval.run benchmarks and its preset.
   c.benchmarks = "envs:sandbox/heldout,envs:sandbox/starters"
   c.eval_preset = "paper"
+  # More eval.run flags for every evaluation (the same for all runs), e.g. a per-turn token
+  # budget that CPU runs can afford.
+  c.eval_flags = ""
   c.corpus = ""  # a JSONL corpus for SPADE runs ("" = the train preset's own choice)
-  if preset == "local":
-    pass
+  if preset == "local":  # 2 CPU cores: short agent turns (the paper's 8192 would take hours)
+    c.eval_flags = "--max_new_tokens=64 --dtype=bfloat16"
   elif preset == "smoke":
     c.overrides = "total_steps=1"
     c.eval_preset = "smoke"
+    c.eval_flags = "--max_new_tokens=64 --dtype=bfloat16"
+    c.runs = _LOCAL_RUNS.replace("warm:          sft", "warm:          sft max_steps=2")
   elif preset == "paper":
     c.model = ""
     c.train_config = "configs/spade.py:qwen3_4b"

@@ -67,6 +67,7 @@ def get_config(arg=None):
   ))
 
   c.epochs = 1
+  c.max_steps = 0  # stop after this many optimizer steps (0 = all epochs): a shortened run
   c.batch = 16  # examples per optimizer step (rows grouped by similar length)
   c.length_multiple = 64  # rows are padded to `batch.length_bucket(longest, length_multiple)`
   c.optim = ml_collections.ConfigDict(dict(

@@ -52,6 +52,12 @@ def get_config(arg=None):
   c.rlve = ml_collections.ConfigDict(dict(tau_acc=0.9, tau_num=128, d_delta=4, families=()))
   c.model = "smollm2-135m"  # SPEC: embedded name, HF directory, .gguf, checkpoint, random:PRESET
   c.tokenizer = ""  # SPEC to take the tokenizer from; "" = the model's own (random:* need one)
+  # A warm start before self-play (spade_jax.sft, docs/method.md §9): `config` names an SFT
+  # preset ("" = self-play starts from `model` as it is), made from `model` with `overrides`
+  # (('KEY=VALUE', ...) of configs/sft.py) on first use and reused once finished, from `dir`
+  # ("" = the cache: $SPADE_JAX_CACHE, $XDG_CACHE_HOME/spade_jax or ~/.cache/spade_jax, under
+  # warm_starts/<the SFT config's digest>).
+  c.warm_start = ml_collections.ConfigDict(dict(config="", dir="", overrides=()))
   c.dtype = "float32"  # compute dtype (params and optimizer stay float32)
   c.seed = 0
   c.total_steps = 400  # rollout steps, one optimizer step each
@@ -139,6 +145,7 @@ def get_config(arg=None):
 
   if preset == "local":  # sized for 2 CPU cores: two windows, every phase exercised once
     c.total_steps = 4
+    c.warm_start.config = "configs/sft.py:local"  # the protocol first: returns above zero
     c.k = 2
     c.envs_per_regen = 2
     c.plays_per_env = 4

@@ -74,7 +74,9 @@ def run_command(run: dict, c, workdir: str, model_of: dict[str, str]) -> list[st
     return py + ["spade_jax.sft", f"--config={c.sft_config}", f"--workdir={out}",
                  f"--config.model={model}", f"--config.seed={c.seed}",
                  *[f"--config.{o}" for o in run["overrides"]]]
-  extra = c.overrides.split() + ([f"corpus.path={c.corpus}"] if c.corpus else [])
+  # The runs' own `from=` is their start: no train preset's warm start on top of it.
+  extra = (["warm_start.config="] + c.overrides.split()
+           + ([f"corpus.path={c.corpus}"] if c.corpus else []))
   return py + ["spade_jax.train", f"--config={c.train_config}", f"--workdir={out}",
                f"--config.model={model}", f"--config.seed={c.seed}",
                *[f"--config.{o}" for o in extra + run["overrides"]]]
@@ -138,7 +140,8 @@ def run_all(c, workdir: str) -> dict:
     entry["model"] = model_of[name]
     edir = os.path.join(workdir, "eval", name)
     _sh([sys.executable, "-m", "spade_jax.eval.run", f"--model={model_of[name]}",
-         f"--benchmarks={c.benchmarks}", f"--preset={c.eval_preset}", f"--out={edir}"],
+         f"--benchmarks={c.benchmarks}", f"--preset={c.eval_preset}", f"--out={edir}",
+         *c.eval_flags.split()],
         os.path.join(edir, "log.txt"))
     summary = _load_json(os.path.join(edir, "summary.json")) or {}
     entry["eval"] = summary.get("benchmarks", {})

@@ -73,6 +73,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
              "--config.corpus.builtin=true (or --config.data.designer_share=0)")
   if c.corpus.path and c.corpus.builtin:
     p.append("corpus: path and builtin=true both given; choose one")
+  if c.max_steps < 0:
+    p.append(f"max_steps must be >= 0 (0 = all epochs), got {c.max_steps}")
   for name in ("epochs", "batch", "length_multiple", "checkpoint_every", "keep_checkpoints"):
     if c[name] <= 0:
       p.append(f"{name} must be positive, got {c[name]}")
@@ -156,6 +158,39 @@ def ensure(c: ml_collections.ConfigDict, workdir: str, progress=None) -> str:
     progress.line(f"warm start: {done['spec']} (cached: {done['steps']} steps, made in "
                   f"{done['time_s']:.0f} s)")
   return done["spec"]
+
+
+def cache_root() -> str:
+  """Where self-play jobs keep the warm starts they make: `$SPADE_JAX_CACHE/warm_starts`, else
+  `$XDG_CACHE_HOME/spade_jax/warm_starts`, else `~/.cache/spade_jax/warm_starts`."""
+  base = os.environ.get("SPADE_JAX_CACHE") or os.path.join(
+      os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "spade_jax")
+  return os.path.join(base, "warm_starts")
+
+
+def for_selfplay(ws: ml_collections.ConfigDict, model: str, tokenizer: str = ""
+                 ) -> tuple[ml_collections.ConfigDict, str]:
+  """(SFT config, directory) of a self-play config's `warm_start` block for its `model` (and
+  `tokenizer`): the SFT preset `ws.config` made from them with `ws.overrides`, kept in `ws.dir`
+  or, by default, in the cache under the config's digest (one warm start per distinct config)."""
+  c = config(ws.config, [f"model={model}", f"tokenizer={tokenizer}", *ws.overrides])
+  return c, ws.dir or os.path.join(cache_root(), digest(c))
+
+
+def ensure_locked(c: ml_collections.ConfigDict, workdir: str, progress=None) -> str:
+  """`ensure`, holding `workdir`'s lock: two jobs wanting one cached warm start make it once
+  (the second waits, then takes it as finished)."""
+  import fcntl
+
+  os.makedirs(os.path.dirname(os.path.abspath(workdir)), exist_ok=True)
+  with open(os.path.abspath(workdir) + ".lock", "w") as lock:
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      if progress is not None:
+        progress.line(f"warm start: {workdir} is being made by another job; waiting for it")
+      fcntl.flock(lock, fcntl.LOCK_EX)
+    return ensure(c, workdir, progress)
 
 
 def _main(argv: Sequence[str]) -> None:

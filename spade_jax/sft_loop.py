@@ -260,7 +260,7 @@ def run(c, workdir: str, progress: progress_lib.Progress | None = None) -> dict[
     start, time_before = int(info["steps_done"]), float(info["time_s"])
     log(f"resuming from step {start} ({workdir})")
   metrics = outputs.Metrics(workdir, start)
-  n = len(batches)
+  n = min(len(batches), c.max_steps) if c.max_steps else len(batches)
   seen_first: dict[int, tuple[float, float]] = {}  # T -> (seconds, padded tokens) of its 1st
   steady: dict[str, tuple[float, float]] = {}
   rows = c.batch
@@ -281,7 +281,7 @@ def run(c, workdir: str, progress: progress_lib.Progress | None = None) -> dict[
           steady["steady"] = (s + dt, k + rows * T)
         else:
           seen_first[T] = (dt, rows * T)
-        row = dict(step=i, epoch=i * c.epochs // n, rows=len(batches.plan[i]), length=T,
+        row = dict(step=i, epoch=i * c.epochs // len(batches), rows=len(batches.plan[i]), length=T,
                    time_step_s=dt, **m)
         metrics.write(row)
         last = row

@@ -96,6 +96,16 @@ def validate(c: ml_collections.ConfigDict) -> None:
       designer.load_programs(c.designer.programs)
     except (OSError, ValueError) as e:
       p.append(str(e))
+  if c.warm_start.config:
+    from spade_jax import sft
+    try:
+      sft.for_selfplay(c.warm_start, c.model, c.tokenizer)
+    except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
+      text = str(e.args[0] if isinstance(e, KeyError) else e)
+      p += [f"warm_start ({c.warm_start.config}): {x}"
+            for x in text.removeprefix("invalid config:\n  - ").split("\n  - ")]
+  elif c.warm_start.dir or c.warm_start.overrides:
+    p.append("warm_start: dir / overrides are set but warm_start.config is empty")
   if p:
     raise ValueError("invalid config:\n  - " + "\n  - ".join(p))
   config_lib.validate_mesh(c)

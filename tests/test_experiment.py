@@ -37,6 +37,8 @@ def test_every_run_gets_the_shared_budget_seed_and_its_start(tmp_path):
   assert f"--config.model={model_of['warm']}" in cmd and "--config.seed=3" in cmd
   assert cmd[-3:] == ["--config.total_steps=7", "--config.global_batch=8",
                       "--config.method=fixed_grpo"]
+  # The run's start is its `from=`: the train preset's own warm start is switched off.
+  assert "--config.warm_start.config=" in cmd
   sft = experiment.run_command(runs["warm"], c, str(tmp_path), model_of)
   assert sft[2] == "spade_jax.sft" and "--config.model=smollm2-135m" in sft
   assert experiment.run_command(runs["base"], c, str(tmp_path), model_of) is None

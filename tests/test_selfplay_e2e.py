@@ -28,6 +28,7 @@ OVERRIDES = [
     "hint.max_new_tokens=8", "corpus.max_words=40", "agent_context=4096", "optim.lr=1e-3",
     "optim.remat=false", "env.step_timeout_s=60.0", "mesh.data=1", f"seed={SEED}",
     f"agent.temperature={AGENT_T}", f"designer.temperature={DESIGNER_T}", "starter_fill=false",
+    "warm_start.config=",  # the loop from the tiny model itself (the warm start: test_sft.py)
 ]
 
 

@@ -94,7 +94,7 @@ def report(workdir: str, config_text: str) -> str:
       rejections[k] = rejections.get(k, 0) + v
   total = sum(r.get("time_total_s", 0.0) for r in rows)
   lines = [
-      "# SPADE run report", "",
+      "# SPADE run report", "", *_warm_start_line(workdir),
       f"- steps: {len(rows)} (last step {rows[-1]['step'] if rows else 'n/a'})",
       f"- agent mean return: {fmt(_mean(rows, 'agent_return_mean'))}; first step "
       f"{fmt(rows[0].get('agent_return_mean') if rows else None)}, last step "
@@ -118,6 +118,20 @@ def report(workdir: str, config_text: str) -> str:
     f.write(text)
   os.replace(path + ".tmp", path)
   return text
+
+
+def _warm_start_line(workdir: str) -> list[str]:
+  """The report's line on the warm start the run began from (none: no line)."""
+  path = os.path.join(workdir, "warm_start.json")
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    w = json.load(f)
+  loss = "n/a" if w.get("final_loss") is None else f"{w['final_loss']:.3f}"
+  return [f"- warm start: {w['config']} from {w['from']}: {w.get('steps')} SFT steps on "
+          f"{w.get('agent_examples')} solution transcripts and {w.get('designer_examples')} "
+          f"designer examples, final loss {loss}, made in {w.get('time_s') or 0:.0f} s"
+          f"{' (cached)' if w.get('cached') else ''}; {w['spec']}"]
 
 
 def _figure_table(workdir: str, columns: int = 2) -> list[str]:
