@@ -5,11 +5,12 @@
 Presets (`--config=configs/experiments.py:PRESET`):
 
   local   SmolLM2-135M on CPU: base, warm start, warm start + fixed-env GRPO, warm start +
-          fixed-env RLVE, warm start + SPADE; every final checkpoint on the held-out suite
-          (sandbox/heldout) and the starters, as environment benchmarks.
+          SPADE (docs/results.md); every final checkpoint on the held-out suite (sandbox/heldout)
+          as an environment benchmark. Add fixed-env RLVE with a line of the table, e.g.
+          --config.runs="$(printf 'base: eval_only\nwarm: sft\nrlve: from=warm method=fixed_rlve')".
   smoke   the same runs at one rollout step each, to check the wiring (a few minutes).
-  paper   Qwen3-4B: the paper's comparison and ablations (no corpus, no memory, no designer
-          training, reward variants); give --config.model=HF_DIR --config.corpus=DOCS.jsonl.
+  paper   Qwen3-4B: the paper's comparison (with fixed-env RLVE) and ablations (no corpus, no
+          memory, no designer training, reward variants); give --config.model=HF_DIR --config.corpus=DOCS.jsonl.
 
 Every run is `python -m spade_jax.train` (or `spade_jax.sft` for the warm start) with the shared
 overrides plus its own; `runs` is a string of `name: [from=RUN] override override ...` lines, so
@@ -19,7 +20,7 @@ a preset reads as the table it produces. A finished run (its `done.json`) is not
 import ml_collections
 
 PRESETS = {
-    "local": "SmolLM2-135M on CPU: base, warm start, + fixed-env GRPO, + fixed-env RLVE, + SPADE",
+    "local": "SmolLM2-135M on CPU: base, warm start, + fixed-env GRPO, + SPADE",
     "smoke": "the local runs at one rollout step each (checks the wiring)",
     "paper": "Qwen3-4B: the paper's comparison and ablations; needs --config.model, corpus",
 }
@@ -28,11 +29,11 @@ _LOCAL_RUNS = """
 base:          eval_only
 warm:          sft
 grpo:          from=warm method=fixed_grpo
-rlve:          from=warm method=fixed_rlve
 spade:         from=warm method=spade
 """
 
 _PAPER_RUNS = _LOCAL_RUNS + """
+rlve:          from=warm method=fixed_rlve
 no_corpus:     from=warm method=spade corpus.enabled=false
 no_memory:     from=warm method=spade memory.enabled=false
 no_designer:   from=warm method=spade designer.train=false
@@ -49,11 +50,14 @@ def get_config(arg=None):
   c.model = "smollm2-135m"  # the base model every run starts from (SPEC)
   c.train_config = "configs/spade.py:local"  # the train preset every training run extends
   c.sft_config = "configs/sft.py:local"  # the warm start's preset
+  # Warm starts live in the self-play jobs' cache (spade_jax.sft.cache_root, by config digest)
+  # rather than in W/runs/NAME: one SFT per distinct config across jobs and experiments.
+  c.shared_warm_start = True
   c.overrides = ""  # space-separated KEY=VALUE given to every training run (equal budgets)
   c.runs = _LOCAL_RUNS
   c.seed = 0
   # Held-out evaluation of every final checkpoint: eval.run benchmarks and its preset.
-  c.benchmarks = "envs:sandbox/heldout,envs:sandbox/starters"
+  c.benchmarks = "envs:sandbox/heldout"  # add ",envs:sandbox/starters" for the training games
   c.eval_preset = "paper"
   # More eval.run flags for every evaluation (the same for all runs), e.g. a per-turn token
   # budget that CPU runs can afford.

@@ -71,7 +71,8 @@ def run_command(run: dict, c, workdir: str, model_of: dict[str, str]) -> list[st
   if run["kind"] == "eval_only":
     return None
   if run["kind"] == "sft":
-    return py + ["spade_jax.sft", f"--config={c.sft_config}", f"--workdir={out}",
+    where = sft_dir(run, c, out, model)
+    return py + ["spade_jax.sft", f"--config={c.sft_config}", f"--workdir={where}",
                  f"--config.model={model}", f"--config.seed={c.seed}",
                  *[f"--config.{o}" for o in run["overrides"]]]
   # The runs' own `from=` is their start: no train preset's warm start on top of it.
@@ -82,10 +83,26 @@ def run_command(run: dict, c, workdir: str, model_of: dict[str, str]) -> list[st
                *[f"--config.{o}" for o in extra + run["overrides"]]]
 
 
+def sft_dir(run: dict, c, out: str, model: str) -> str:
+  """Where a warm start run writes: its own run directory, or (`shared_warm_start`) the cache
+  that self-play jobs take their warm starts from (one per distinct SFT config: a warm start
+  the README job made is the experiment's, and the reverse)."""
+  if not c.shared_warm_start:
+    return out
+  from spade_jax import sft
+
+  sc = sft.config(c.sft_config, [f"model={model}", f"seed={c.seed}", *run["overrides"]])
+  return os.path.join(sft.cache_root(), sft.digest(sc))
+
+
 def final_model(run: dict, c, workdir: str, model_of: dict[str, str]) -> str:
+  model = model_of[run["from"]] if run["from"] else c.model
   if run["kind"] == "eval_only":
-    return model_of[run["from"]] if run["from"] else c.model
-  return os.path.join(workdir, "runs", run["name"], "checkpoints")
+    return model
+  out = os.path.join(workdir, "runs", run["name"])
+  if run["kind"] == "sft":
+    out = sft_dir(run, c, out, model)
+  return os.path.join(out, "checkpoints")
 
 
 def _sh(cmd: Sequence[str], log_path: str) -> None:
@@ -134,6 +151,13 @@ def run_all(c, workdir: str) -> dict:
       t0 = time.perf_counter()
       _sh(cmd, os.path.join(rdir, "log.txt"))
       done = {"wall_s": round(time.perf_counter() - t0, 1)}
+      if run["kind"] == "sft":  # its own making time (a shared one may have been made before)
+        from spade_jax import sft
+
+        made = sft.finished(os.path.dirname(final_model(run, c, workdir, model_of))) or {}
+        if made.get("time_s") is not None:
+          done.update(wall_s=round(made["time_s"], 1), run_s=done["wall_s"])
+      os.makedirs(rdir, exist_ok=True)
       _write(os.path.join(rdir, "done.json"), json.dumps(done))
     entry["wall_s"] = (done or {}).get("wall_s", 0.0)
     model_of[name] = final_model(run, c, workdir, model_of)
