@@ -2,7 +2,7 @@
 
 Presets (`--config=configs/sft.py:PRESET`):
 
-  local     the embedded SmolLM2-135M on 2 CPU cores, about 8 minutes; teaches the protocol
+  local     the embedded SmolLM2-135M on 2 CPU cores, about 9 minutes; teaches the protocol
             (read the observation, answer with a short line and one \\boxed{action}):
               python -m spade_jax.sft --config=configs/sft.py:local --workdir=/tmp/sft
               python -m spade_jax.train --config=configs/spade.py:local \\
@@ -25,7 +25,7 @@ from spade_jax import config as config_lib
 from spade_jax.sandbox import pool as sandbox_pool
 
 PRESETS = {
-    "local": "the embedded SmolLM2-135M on CPU: about 8 minutes on 2 cores",
+    "local": "the embedded SmolLM2-135M on CPU: about 9 minutes on 2 cores",
     "qwen3_4b": "the same mix for Qwen3-4B (bfloat16, FSDP); needs --config.model=HF_DIR",
 }
 
