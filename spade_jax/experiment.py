@@ -91,8 +91,8 @@ def sft_dir(run: dict, c, out: str, model: str) -> str:
     return out
   from spade_jax import sft
 
-  sc = sft.config(c.sft_config, [f"model={model}", f"seed={c.seed}", *run["overrides"]])
-  return os.path.join(sft.cache_root(), sft.digest(sc))
+  return sft.cached_dir(sft.config(c.sft_config, [f"model={model}", f"seed={c.seed}",
+                                                  *run["overrides"]]))
 
 
 def final_model(run: dict, c, workdir: str, model_of: dict[str, str]) -> str:

@@ -95,29 +95,14 @@ def validate(c: ml_collections.ConfigDict) -> None:
 
 
 def parser(spec: str = DEFAULT_CONFIG) -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(
-      prog=PROG, description=__doc__.split("\n\n")[0], allow_abbrev=False,
-      epilog=f"{train_cli._presets_text(spec)}\n\n{cli.ALIAS_NOTE}",
-      formatter_class=argparse.RawDescriptionHelpFormatter)
-  config_lib.add_help(p, "configs/sft.py, preset local", "FILE[:PRESET]")
-  p.add_argument("--workdir", metavar="DIR",
-                 help="the run's directory (metrics, data summary, checkpoints), created if "
-                 "missing; rerunning the same command on it resumes, a finished run is kept")
-  p.add_argument("--print_config", action="store_true",
-                 help="print the resolved config (preset and overrides applied, validated) and "
-                 "exit without loading anything")
-  return p
+  return train_cli.job_parser(
+      PROG, __doc__, spec, "configs/sft.py, preset local",
+      "the run's directory (metrics, data summary, checkpoints), created if missing; rerunning "
+      "the same command on it resumes, a finished run is kept")
 
 
 def parse(argv: Sequence[str]) -> tuple[ml_collections.ConfigDict, argparse.Namespace]:
-  spec, assignments, rest = config_lib.split_argv(cli.underscored(argv), DEFAULT_CONFIG)
-  p = parser(spec)
-  args = p.parse_args(rest)
-  if not args.workdir and not args.print_config:
-    p.error("--workdir is required")
-  c = config_lib.build(spec, assignments)
-  validate(c)
-  return c, args
+  return train_cli.parse_job(argv, DEFAULT_CONFIG, parser, validate)
 
 
 def config(spec: str = "configs/sft.py:local", overrides: Sequence[str] = ()
@@ -174,7 +159,12 @@ def for_selfplay(ws: ml_collections.ConfigDict, model: str, tokenizer: str = ""
   `tokenizer`): the SFT preset `ws.config` made from them with `ws.overrides`, kept in `ws.dir`
   or, by default, in the cache under the config's digest (one warm start per distinct config)."""
   c = config(ws.config, [f"model={model}", f"tokenizer={tokenizer}", *ws.overrides])
-  return c, ws.dir or os.path.join(cache_root(), digest(c))
+  return c, ws.dir or cached_dir(c)
+
+
+def cached_dir(c: ml_collections.ConfigDict) -> str:
+  """The cache's directory of config `c`'s warm start (one per distinct config)."""
+  return os.path.join(cache_root(), digest(c))
 
 
 def ensure_locked(c: ml_collections.ConfigDict, workdir: str, progress=None) -> str:

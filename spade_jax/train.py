@@ -125,31 +125,44 @@ def _presets_text(spec: str) -> str:
   return f"presets of {name} (--config={name}:PRESET):\n" + "\n".join(lines)
 
 
-def parser(spec: str = DEFAULT_CONFIG) -> argparse.ArgumentParser:
+def job_parser(prog: str, doc: str, spec: str, config_help: str, workdir_help: str
+               ) -> argparse.ArgumentParser:
+  """The flags of a job entry point (train, sft): --config, --workdir, --print_config."""
   p = argparse.ArgumentParser(
-      prog=PROG, description=__doc__.split("\n\n")[0], allow_abbrev=False,
+      prog=prog, description=doc.split("\n\n")[0], allow_abbrev=False,
       epilog=f"{_presets_text(spec)}\n\n{cli.ALIAS_NOTE}",
       formatter_class=argparse.RawDescriptionHelpFormatter)
-  config_lib.add_help(p, "configs/spade.py, preset local", "FILE[:PRESET]")
-  p.add_argument("--workdir", metavar="DIR",
-                 help="the run's directory (metrics, pool, checkpoints, report), created if "
-                 "missing; rerunning the same command on it resumes")
+  config_lib.add_help(p, config_help, "FILE[:PRESET]")
+  p.add_argument("--workdir", metavar="DIR", help=workdir_help)
   p.add_argument("--print_config", action="store_true",
                  help="print the resolved config (preset and overrides applied, validated) and "
                  "exit without loading anything")
   return p
 
 
-def parse(argv: Sequence[str]) -> tuple[ml_collections.ConfigDict, argparse.Namespace]:
-  """(validated config, flags); `--help` exits here, before any config is built."""
-  spec, assignments, rest = config_lib.split_argv(cli.underscored(argv), DEFAULT_CONFIG)
-  p = parser(spec)
+def parse_job(argv: Sequence[str], default: str, make_parser, check
+              ) -> tuple[ml_collections.ConfigDict, argparse.Namespace]:
+  """(config checked by `check`, flags) of a job entry point; `--help` exits here, before any
+  config is built."""
+  spec, assignments, rest = config_lib.split_argv(cli.underscored(argv), default)
+  p = make_parser(spec)
   args = p.parse_args(rest)
   if not args.workdir and not args.print_config:
     p.error("--workdir is required")
   c = config_lib.build(spec, assignments)
-  validate(c)
+  check(c)
   return c, args
+
+
+def parser(spec: str = DEFAULT_CONFIG) -> argparse.ArgumentParser:
+  return job_parser(PROG, __doc__, spec, "configs/spade.py, preset local",
+                    "the run's directory (metrics, pool, checkpoints, report), created if "
+                    "missing; rerunning the same command on it resumes")
+
+
+def parse(argv: Sequence[str]) -> tuple[ml_collections.ConfigDict, argparse.Namespace]:
+  """(validated config, flags); `--help` exits here, before any config is built."""
+  return parse_job(argv, DEFAULT_CONFIG, parser, validate)
 
 
 def check_workdir(workdir: str) -> str | None:
