@@ -183,6 +183,36 @@ def ensure_locked(c: ml_collections.ConfigDict, workdir: str, progress=None) -> 
     return ensure(c, workdir, progress)
 
 
+def warm_start(c, workdir: str, progress) -> str:
+  """The model SPEC a self-play job of config `c` starts from: `c.model`, or its warm start
+  (`c.warm_start`), made on first use (the SFT's own progress lines, its time at the end) and
+  taken from the cache after that; `workdir/warm_start.json` says which (the report shows it). A resumed run asks for
+  it too: the KL reference is the warm start."""
+  if not c.warm_start.config:
+    return c.model
+  from spade_jax.selfplay import outputs
+
+  sc, where = for_selfplay(c.warm_start, c.model, c.tokenizer)
+  cached = finished(where) is not None
+  t0 = time.perf_counter()
+  if cached:
+    spec = ensure_locked(sc, where, progress)  # one line: the cached SPEC, its time
+  else:
+    with progress.phase("warm start", f"{c.warm_start.config} from {c.model} into {where}"):
+      spec = ensure_locked(sc, where, progress)
+    progress.line(f"warm start: made in {time.perf_counter() - t0:.0f} s; {spec} (cached: a "
+                  "rerun takes it as it is)")
+  done = finished(where) or {}
+  info = {"spec": spec, "config": c.warm_start.config, "from": c.model, "cached": cached,
+          "steps": done.get("steps"), "time_s": done.get("time_s"),
+          "final_loss": done.get("final_loss"),
+          "agent_examples": done.get("data", {}).get("agent_examples"),
+          "designer_examples": done.get("data", {}).get("designer_examples")}
+  os.makedirs(workdir, exist_ok=True)
+  outputs.write_text(os.path.join(workdir, "warm_start.json"), json.dumps(info, indent=1) + "\n")
+  return spec
+
+
 def _main(argv: Sequence[str]) -> None:
   try:
     c, args = parse(argv)

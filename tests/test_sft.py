@@ -269,7 +269,6 @@ def test_one_step_run_writes_a_checkpoint_that_is_a_model_spec(tmp_path):
 def test_selfplay_warm_start_is_made_once_then_taken_from_the_cache(tmp_path, monkeypatch):
   from spade_jax import config as config_lib
   from spade_jax import train
-  from spade_jax.selfplay import loop
 
   monkeypatch.setenv("SPADE_JAX_CACHE", str(tmp_path / "cache"))
   small = ("dtype=float32", "data.families=false", "data.seeds_per_env=1",
@@ -279,7 +278,7 @@ def test_selfplay_warm_start_is_made_once_then_taken_from_the_cache(tmp_path, mo
       f"warm_start.overrides={small!r}"])
   train.validate(c)
   lines = []
-  spec = loop.warm_start(c, str(tmp_path / "run"), progress_lib.Progress(log=lines.append))
+  spec = sft.warm_start(c, str(tmp_path / "run"), progress_lib.Progress(log=lines.append))
   sc, where = sft.for_selfplay(c.warm_start, c.model, c.tokenizer)
   assert where == str(tmp_path / "cache" / "warm_starts" / sft.digest(sc))
   assert spec == os.path.join(where, "checkpoints") and sc.model == "random:tiny_smollm2"
@@ -289,7 +288,7 @@ def test_selfplay_warm_start_is_made_once_then_taken_from_the_cache(tmp_path, mo
   assert loading.load_model(spec).tokenizer is not None
   again = []
   run = str(tmp_path / "run")
-  assert loop.warm_start(c, run, progress_lib.Progress(log=again.append)) == spec
+  assert sft.warm_start(c, run, progress_lib.Progress(log=again.append)) == spec
   assert len(again) == 1 and "cached" in again[0] and not any("sft step" in x for x in again)
   from spade_jax.selfplay import outputs
   (line,) = [x for x in outputs.report(run, "").splitlines() if x.startswith("- warm start")]
@@ -300,7 +299,7 @@ def test_selfplay_warm_start_is_made_once_then_taken_from_the_cache(tmp_path, mo
       f"warm_start.overrides={small + ('optim.lr=1e-4',)!r}"])
   assert sft.for_selfplay(other.warm_start, other.model, other.tokenizer)[1] != where
   off = config_lib.build("configs/spade.py:local", ["warm_start.config="])
-  assert loop.warm_start(off, str(tmp_path / "off"), progress_lib.quiet()) == "smollm2-135m"
+  assert sft.warm_start(off, str(tmp_path / "off"), progress_lib.quiet()) == "smollm2-135m"
 
 
 def test_selfplay_config_names_a_bad_warm_start():

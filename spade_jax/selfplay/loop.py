@@ -23,7 +23,6 @@ command continues exactly where it stopped.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from typing import Any
@@ -33,7 +32,7 @@ import numpy as np
 
 from spade_jax import checkpoint as ckpt_lib
 from spade_jax import learner as learner_lib
-from spade_jax import loading, rl, sampling, sharding
+from spade_jax import loading, rl, sampling, sharding, sft
 from spade_jax import tokenizer as tok_lib
 from spade_jax.sandbox import families
 from spade_jax.sandbox import pool as pool_lib
@@ -88,36 +87,6 @@ def starter_cards(skills, need: int, step: int) -> list[records.Card]:
                        records.STARTER, step) for n in names]
 
 
-def warm_start(c, workdir: str, progress: progress_lib.Progress) -> str:
-  """The model SPEC self-play starts from: `c.model`, or its warm start (`c.warm_start`), made
-  on first use (the SFT's own progress lines, its time at the end) and taken from the cache
-  after that; `workdir/warm_start.json` says which (the report shows it). A resumed run asks for
-  it too: the KL reference is the warm start."""
-  if not c.warm_start.config:
-    return c.model
-  from spade_jax import sft
-
-  sc, where = sft.for_selfplay(c.warm_start, c.model, c.tokenizer)
-  cached = sft.finished(where) is not None
-  t0 = time.perf_counter()
-  if cached:
-    spec = sft.ensure_locked(sc, where, progress)  # one line: the cached SPEC, its time
-  else:
-    with progress.phase("warm start", f"{c.warm_start.config} from {c.model} into {where}"):
-      spec = sft.ensure_locked(sc, where, progress)
-    progress.line(f"warm start: made in {time.perf_counter() - t0:.0f} s; {spec} (cached: a "
-                  "rerun takes it as it is)")
-  done = sft.finished(where) or {}
-  info = {"spec": spec, "config": c.warm_start.config, "from": c.model, "cached": cached,
-          "steps": done.get("steps"), "time_s": done.get("time_s"),
-          "final_loss": done.get("final_loss"),
-          "agent_examples": done.get("data", {}).get("agent_examples"),
-          "designer_examples": done.get("data", {}).get("designer_examples")}
-  os.makedirs(workdir, exist_ok=True)
-  outputs.write_text(os.path.join(workdir, "warm_start.json"), json.dumps(info, indent=1) + "\n")
-  return spec
-
-
 def run(c, workdir: str, log=None, progress: progress_lib.Progress | None = None) -> HostState:
   """Runs (or resumes) the self-play job of config `c` in `workdir`; returns the host state.
 
@@ -128,7 +97,7 @@ def run(c, workdir: str, log=None, progress: progress_lib.Progress | None = None
   os.makedirs(workdir, exist_ok=True)
   mesh = sharding.make_mesh(c.mesh.to_dict())
   rules = c.rules.to_dict()
-  model = warm_start(c, workdir, progress)
+  model = sft.warm_start(c, workdir, progress)
   with progress.phase("loading model", f"{model} ({c.dtype})"):
     loaded = loading.load_model(model, mesh, rules, c.dtype, seed=c.seed)
   tok_spec = c.tokenizer or loaded.tokenizer_ref
